@@ -1,0 +1,1 @@
+"""One module per CLI command, each with add_parser(subparsers) and run(args) -> exit code."""

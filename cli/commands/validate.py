@@ -1,0 +1,29 @@
+"""`gpudoctor validate`: check catalogue files (built-in and your runbooks) and name every problem."""
+from __future__ import annotations
+
+import json
+
+from gpudoctor.errors import EXIT_NOTHING, EXIT_OK
+
+HELP = "check the catalogue and your runbooks for schema errors"
+DESCRIPTION = """\
+Load every catalogue entry (built-in, GPUDOCTOR_KB and --kb folders) and report
+each problem as FILE: FIELD: what is wrong. Exit 0 when all load, 1 otherwise."""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("dirs", nargs="*", metavar="DIR", help="runbook folders to check (added to --kb)")
+
+
+def run(args, out) -> int:
+    from gpudoctor.kb.catalog import load_catalog
+
+    catalog = load_catalog(args.kb + args.dirs, use_cache=False)
+    if args.json:
+        out.write(json.dumps({"entries": len(catalog), "problems": catalog.problems}, indent=2))
+    else:
+        for problem in catalog.problems:
+            out.write(f"{out.style('error', 'fail')} {problem}")
+        summary = f"{len(catalog)} entries loaded, {len(catalog.problems)} problem(s)"
+        out.write(out.style(summary, "ok" if not catalog.problems else "fail"))
+    return EXIT_NOTHING if catalog.problems else EXIT_OK

@@ -1,0 +1,77 @@
+"""Terminal output: colour only where wanted (NO_COLOR, --no-color, a tty), width, and safe text from logs."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+_STYLES = {
+    "bold": "1", "dim": "2", "italic": "3", "underline": "4",
+    "red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35", "cyan": "36",
+    "heading": "1;36", "code": "33", "id": "1;33", "ok": "32", "fail": "1;31", "skip": "2",
+}
+# C0 controls except tab and newline, DEL, and C1 controls: never sent raw to a terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
+
+
+def wants_color(stream: TextIO, flag: bool | None = None) -> bool:
+    """--color/--no-color win; then NO_COLOR (any non-empty value), FORCE_COLOR, TERM=dumb, isatty."""
+    if flag is not None:
+        return flag
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    if os.environ.get("TERM") == "dumb":
+        return False
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def terminal_width(stream: TextIO | None = None, default: int = 80) -> int:
+    """COLUMNS, else the tty's width, else 80; never below 40 nor above 120 for readable prose."""
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        width = int(cols)
+    else:
+        stream = stream or sys.stdout
+        try:
+            width = os.get_terminal_size(stream.fileno()).columns if stream.isatty() else default
+        except (OSError, ValueError, AttributeError):
+            width = shutil.get_terminal_size((default, 24)).columns
+    return max(40, min(width, 120))
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+def sanitize(text: str) -> str:
+    """Make text from a log safe to print: drop ANSI sequences, show other controls as \\xNN."""
+    text = strip_ansi(text)
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+@dataclass
+class Out:
+    """Where a command writes, and how."""
+
+    stream: TextIO
+    color: bool
+    width: int
+
+    @classmethod
+    def for_stream(cls, stream: TextIO, color_flag: bool | None = None) -> "Out":
+        return cls(stream=stream, color=wants_color(stream, color_flag), width=terminal_width(stream))
+
+    def style(self, text: str, *names: str) -> str:
+        if not self.color or not names:
+            return text
+        codes = ";".join(_STYLES[n] for n in names)
+        return f"\x1b[{codes}m{text}\x1b[0m"
+
+    def write(self, text: str = "") -> None:
+        self.stream.write(text + "\n")

@@ -1,0 +1,1 @@
+"""gpudoctor.engine package."""

@@ -1,0 +1,1 @@
+"""The catalogue of known distributed-training failures: schema, loader, lookup and search."""

@@ -1,0 +1,178 @@
+"""The catalogue: built-in entries plus user runbooks, cross-checked, looked up by forgiving ids, cached."""
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpudoctor.kb.loader import KBError, load_file
+from gpudoctor.kb.model import SECTIONS, Entry
+
+BUILTIN_DIR = Path(__file__).resolve().parent
+CACHE_FORMAT = 3  # bump when Entry, the index or this file's cache layout changes
+_ID_PARTS = re.compile(r"^\s*([A-Za-z]+)[\s_-]*0*([0-9]+)\s*$")
+
+
+def normalize_id(text: str) -> str | None:
+    """'d8', 'D08', 'mn-3' -> 'D8', 'MN3'; None when it does not look like an id."""
+    m = _ID_PARTS.match(text)
+    if not m:
+        return None
+    return f"{m.group(1).upper()}{int(m.group(2))}"
+
+
+def id_sort_key(entry: Entry) -> tuple:
+    m = _ID_PARTS.match(entry.id)
+    prefix, number = (m.group(1), int(m.group(2))) if m else (entry.id, 0)
+    section = SECTIONS.index(entry.section) if entry.section in SECTIONS else len(SECTIONS)
+    return (section, prefix, number)
+
+
+@dataclass
+class Catalog:
+    entries: dict[str, Entry]
+    problems: list[str] = field(default_factory=list)
+    index: object | None = None  # gpudoctor.kb.search.SearchIndex, built on demand
+
+    def __iter__(self):
+        return iter(self.entries.values())
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, text: str) -> Entry | None:
+        """An entry by id, case- and zero-padding-insensitive; also accepts a guide's name."""
+        key = normalize_id(text)
+        if key and key in self.entries:
+            return self.entries[key]
+        wanted = text.strip().lower()
+        for entry in self.entries.values():
+            if entry.section == "guides" and wanted and wanted in entry.title.lower():
+                return entry
+        return None
+
+    def closest(self, text: str, limit: int = 3) -> list[Entry]:
+        """Entries whose id or title is nearest to an unknown id."""
+        from rapidfuzz import fuzz, process, utils
+
+        key = normalize_id(text) or text.strip().upper()
+        choices = {e.id: e.id for e in self.entries.values()}
+        by_id = process.extract(key, choices, scorer=fuzz.ratio, limit=limit)
+        by_title = process.extract(
+            text, {e.id: e.title for e in self.entries.values()}, scorer=fuzz.WRatio,
+            processor=utils.default_process, limit=limit,
+        )
+        ranked: dict[str, float] = {}
+        for _, score, eid in by_id + by_title:
+            ranked[eid] = max(ranked.get(eid, 0.0), score)
+        best = sorted(ranked, key=lambda eid: (-ranked[eid], id_sort_key(self.entries[eid])))
+        return [self.entries[eid] for eid in best[:limit]]
+
+    def search_index(self):
+        if self.index is None:
+            from gpudoctor.kb.search import SearchIndex
+
+            self.index = SearchIndex.build(self.entries.values())
+        return self.index
+
+
+def user_dirs(extra: list[str] | None = None) -> list[Path]:
+    """User runbook folders: GPUDOCTOR_KB (os.pathsep-separated) then --kb, later ones win."""
+    dirs = [Path(p) for p in os.environ.get("GPUDOCTOR_KB", "").split(os.pathsep) if p.strip()]
+    dirs += [Path(p) for p in (extra or [])]
+    return dirs
+
+
+def _entry_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.yaml") if p.is_file() and not p.name.startswith("."))
+
+
+def _display(path: Path, root: Path, builtin: bool) -> str:
+    if builtin:
+        return "kb/" + path.relative_to(root).as_posix()
+    return str(path)
+
+
+def _fingerprint(roots: list[tuple[Path, bool]]) -> tuple:
+    parts = []
+    for root, builtin in roots:
+        if not root.is_dir():
+            parts.append((str(root), "missing"))
+            continue
+        for path in _entry_files(root):
+            st = path.stat()
+            parts.append((str(path), st.st_mtime_ns, st.st_size))
+    return (CACHE_FORMAT, sys.version_info[:2], tuple(parts))
+
+
+def _cache_path() -> Path | None:
+    if os.environ.get("GPUDOCTOR_NO_CACHE"):
+        return None
+    base = os.environ.get("GPUDOCTOR_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
+    root = Path(base) if base else Path.home() / ".cache"
+    if not os.environ.get("GPUDOCTOR_CACHE_DIR"):
+        root = root / "gpudoctor"
+    return root / "catalog.pickle"
+
+
+def build_catalog(roots: list[tuple[Path, bool]]) -> Catalog:
+    """Load every file; a broken file becomes a problem line and never hides the others."""
+    entries: dict[str, Entry] = {}
+    problems: list[str] = []
+    for root, builtin in roots:
+        if not root.is_dir():
+            problems.append(f"{root}: runbook folder not found")
+            continue
+        for path in _entry_files(root):
+            display = _display(path, root, builtin)
+            try:
+                entry = load_file(path, display, origin="builtin" if builtin else "user")
+            except KBError as exc:
+                problems.append(str(exc))
+                continue
+            previous = entries.get(entry.id)
+            if previous is not None and previous.origin == entry.origin == "builtin":
+                problems.append(f"{display}: id: duplicate id {entry.id!r} (also in {previous.source})")
+                continue
+            entries[entry.id] = entry
+    for entry in list(entries.values()):
+        for i, rel in enumerate(entry.related):
+            if rel.id not in entries:
+                problems.append(f"{entry.source}: related[{i}]: unknown id {rel.id!r}")
+    ordered = dict(sorted(entries.items(), key=lambda kv: id_sort_key(kv[1])))
+    return Catalog(entries=ordered, problems=problems)
+
+
+def load_catalog(extra_dirs: list[str] | None = None, *, use_cache: bool = True) -> Catalog:
+    """The built-in catalogue merged with user runbooks, from cache when nothing changed."""
+    roots = [(BUILTIN_DIR, True)] + [(d, False) for d in user_dirs(extra_dirs)]
+    cache = _cache_path() if use_cache else None
+    fingerprint = _fingerprint(roots)
+    if cache is not None:
+        try:
+            with open(cache, "rb") as fh:
+                stored_fp, catalog = pickle.load(fh)
+            if stored_fp == fingerprint:
+                return catalog
+        except Exception:  # a missing, stale or corrupt cache is rebuilt
+            pass
+    catalog = build_catalog(roots)
+    catalog.search_index()
+    if cache is not None:
+        _write_cache(cache, (fingerprint, catalog))
+    return catalog
+
+
+def _write_cache(path: Path, payload: object) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".catalog-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(payload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home still gets a working, uncached catalogue

@@ -1,0 +1,297 @@
+"""Turn catalogue YAML files into validated Entry objects, naming the file and field of every error."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.kb.model import (
+    SECTIONS,
+    Entry,
+    FixAction,
+    FixStep,
+    Pointer,
+    Reference,
+    Related,
+    Signature,
+)
+
+ID_RE = re.compile(r"^[A-Z]+[0-9]+$")
+SLUG_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+FIX_KINDS = ("env", "command", "patch", "config")
+FIX_SAFETY = ("safe", "unsafe", "display-only")
+
+_FIELDS = {
+    "id", "title", "section", "summary", "symptoms", "cause", "fix_summary", "fix",
+    "log_visibility", "log_visibility_note", "error_strings", "keywords", "signatures",
+    "probes", "fix_actions", "related", "see_also", "references",
+}
+_REQUIRED = ("id", "title", "section", "summary", "symptoms", "cause", "fix_summary", "fix", "log_visibility")
+
+
+class KBError(Exception):
+    """A problem in one catalogue file, located by file and field."""
+
+    def __init__(self, source: str, where: str, message: str):
+        self.source, self.where, self.message = source, where, message
+        super().__init__(f"{source}: {where}: {message}" if where else f"{source}: {message}")
+
+
+def _yaml_load(text: str) -> Any:
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader
+
+
+class _Checker:
+    """Small typed accessors that raise KBError with a field path."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, where: str, message: str) -> KBError:
+        return KBError(self.source, where, message)
+
+    def text(self, value: Any, where: str, *, allow_empty: bool = False) -> str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str):
+            raise self.fail(where, f"expected text, got {_kind(value)}")
+        value = value.strip()
+        if not value and not allow_empty:
+            raise self.fail(where, "must not be empty")
+        return value
+
+    def texts(self, value: Any, where: str) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise self.fail(where, f"expected a list, got {_kind(value)}")
+        return tuple(self.text(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+    def mapping(self, value: Any, where: str, allowed: set[str], required: tuple[str, ...]) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected a mapping, got {_kind(value)}")
+        for key in value:
+            if key not in allowed:
+                raise self.fail(f"{where}.{key}", f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+        for key in required:
+            if key not in value or value[key] is None:
+                raise self.fail(f"{where}.{key}", "missing required field")
+        return value
+
+    def items(self, value: Any, where: str) -> list:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(where, f"expected a list, got {_kind(value)}")
+        return value
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "text", bool: "true/false", type(None): "nothing"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def parse_entry(data: Any, source: str, *, origin: str = "builtin") -> Entry:
+    """Validate one parsed YAML document and build its Entry."""
+    c = _Checker(source)
+    if not isinstance(data, dict):
+        raise c.fail("", f"expected a mapping of fields at the top level, got {_kind(data)}")
+    for key in data:
+        if key not in _FIELDS:
+            raise c.fail(str(key), "unknown field (see kb/SCHEMA.md)")
+    for key in _REQUIRED:
+        if key not in data or data[key] is None:
+            raise c.fail(key, "missing required field")
+
+    entry_id = c.text(data["id"], "id")
+    if not ID_RE.match(entry_id):
+        raise c.fail("id", f"{entry_id!r} is not an id like D8 or MN3 (capital letters then digits)")
+    section = c.text(data["section"], "section")
+    if section not in SECTIONS:
+        raise c.fail("section", f"unknown section {section!r} (expected one of: {', '.join(SECTIONS)})")
+    symptoms = c.texts(data["symptoms"], "symptoms")
+    if not symptoms:
+        raise c.fail("symptoms", "needs at least one symptom")
+    visibility = c.text(data["log_visibility"], "log_visibility")
+    if visibility not in ("shows", "never"):
+        raise c.fail("log_visibility", f"expected 'shows' or 'never', got {visibility!r}")
+    note = c.text(data.get("log_visibility_note") or "", "log_visibility_note", allow_empty=True)
+    if visibility == "never" and not note:
+        raise c.fail("log_visibility_note", "an entry that never shows in a log must say why")
+
+    steps = []
+    for i, raw in enumerate(c.items(data["fix"], "fix")):
+        where = f"fix[{i}]"
+        raw = c.mapping(raw, where, {"text", "code", "lang"}, ("text",))
+        code = raw.get("code")
+        steps.append(
+            FixStep(
+                text=c.text(raw["text"], f"{where}.text"),
+                code=c.text(code, f"{where}.code").rstrip() if code is not None else None,
+                lang=c.text(raw["lang"], f"{where}.lang") if raw.get("lang") is not None else None,
+            )
+        )
+    if not steps:
+        raise c.fail("fix", "needs at least one step")
+
+    signatures = _parse_signatures(c, data.get("signatures"))
+    if signatures and visibility == "never":
+        raise c.fail("signatures", "an entry with log_visibility: never cannot have signatures")
+
+    return Entry(
+        id=entry_id,
+        title=c.text(data["title"], "title"),
+        section=section,
+        summary=c.text(data["summary"], "summary"),
+        symptoms=symptoms,
+        cause=c.text(data["cause"], "cause"),
+        fix_summary=c.text(data["fix_summary"], "fix_summary"),
+        fix=tuple(steps),
+        log_visibility=visibility,
+        log_visibility_note=note,
+        error_strings=c.texts(data.get("error_strings"), "error_strings"),
+        keywords=c.texts(data.get("keywords"), "keywords"),
+        signatures=signatures,
+        probes=c.texts(data.get("probes"), "probes"),
+        fix_actions=_parse_fix_actions(c, data.get("fix_actions")),
+        related=tuple(
+            Related(id=c.text(r["id"], f"related[{i}].id").upper(), why=c.text(r["why"], f"related[{i}].why"))
+            for i, r in enumerate(
+                c.mapping(r, f"related[{i}]", {"id", "why"}, ("id", "why"))
+                for i, r in enumerate(c.items(data.get("related"), "related"))
+            )
+        ),
+        see_also=tuple(
+            Pointer(topic=c.text(p["topic"], f"see_also[{i}].topic"), note=c.text(p["note"], f"see_also[{i}].note"))
+            for i, p in enumerate(
+                c.mapping(p, f"see_also[{i}]", {"topic", "note"}, ("topic", "note"))
+                for i, p in enumerate(c.items(data.get("see_also"), "see_also"))
+            )
+        ),
+        references=tuple(
+            _reference(c, r, i) for i, r in enumerate(c.items(data.get("references"), "references"))
+        ),
+        source=source,
+        origin=origin,
+    )
+
+
+def _reference(c: _Checker, raw: Any, i: int) -> Reference:
+    where = f"references[{i}]"
+    raw = c.mapping(raw, where, {"title", "url"}, ("title", "url"))
+    url = c.text(raw["url"], f"{where}.url")
+    if not url.startswith(("https://", "http://")):
+        raise c.fail(f"{where}.url", f"expected an http(s) address, got {url!r}")
+    return Reference(title=c.text(raw["title"], f"{where}.title"), url=url)
+
+
+def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
+    out: list[Signature] = []
+    seen: set[str] = set()
+    allowed = {"id", "regex", "literal", "weight", "needs", "context", "ignore_case"}
+    for i, item in enumerate(c.items(raw, "signatures")):
+        where = f"signatures[{i}]"
+        item = c.mapping(item, where, allowed, ("id", "weight"))
+        sig_id = c.text(item["id"], f"{where}.id")
+        if not SLUG_RE.match(sig_id):
+            raise c.fail(f"{where}.id", f"{sig_id!r} should be lower-case words joined by '-'")
+        if sig_id in seen:
+            raise c.fail(f"{where}.id", f"duplicate signature id {sig_id!r}")
+        seen.add(sig_id)
+        has_regex, has_literal = item.get("regex") is not None, item.get("literal") is not None
+        if has_regex == has_literal:
+            raise c.fail(where, "give exactly one of 'regex' or 'literal'")
+        literal = c.text(item["literal"], f"{where}.literal") if has_literal else None
+        pattern = re.escape(literal) if literal is not None else c.text(item["regex"], f"{where}.regex")
+        ignore_case = item.get("ignore_case", False)
+        if not isinstance(ignore_case, bool):
+            raise c.fail(f"{where}.ignore_case", "expected true or false")
+        try:
+            re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+        except re.error as exc:
+            raise c.fail(f"{where}.regex", f"invalid regular expression: {exc}") from None
+        weight = item["weight"]
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+            raise c.fail(f"{where}.weight", f"expected a number in (0, 1], got {weight!r}")
+        context = item.get("context", False)
+        if not isinstance(context, bool):
+            raise c.fail(f"{where}.context", "expected true or false")
+        out.append(
+            Signature(
+                id=sig_id,
+                pattern=pattern,
+                weight=float(weight),
+                literal=literal,
+                needs=c.texts(item.get("needs"), f"{where}.needs"),
+                context=context,
+                ignore_case=ignore_case,
+            )
+        )
+    for i, sig in enumerate(out):
+        for j, need in enumerate(sig.needs):
+            if need not in seen or need == sig.id:
+                raise c.fail(f"signatures[{i}].needs[{j}]", f"unknown signature id {need!r} in this entry")
+    return tuple(out)
+
+
+def _parse_fix_actions(c: _Checker, raw: Any) -> tuple[FixAction, ...]:
+    out = []
+    seen: set[str] = set()
+    for i, item in enumerate(c.items(raw, "fix_actions")):
+        where = f"fix_actions[{i}]"
+        if not isinstance(item, dict):
+            raise c.fail(where, f"expected a mapping, got {_kind(item)}")
+        for key in ("id", "kind", "safety", "title"):
+            if item.get(key) is None:
+                raise c.fail(f"{where}.{key}", "missing required field")
+        action_id = c.text(item["id"], f"{where}.id")
+        if action_id in seen:
+            raise c.fail(f"{where}.id", f"duplicate fix action id {action_id!r}")
+        seen.add(action_id)
+        kind = c.text(item["kind"], f"{where}.kind")
+        if kind not in FIX_KINDS:
+            raise c.fail(f"{where}.kind", f"expected one of {', '.join(FIX_KINDS)}, got {kind!r}")
+        safety = c.text(item["safety"], f"{where}.safety")
+        if safety not in FIX_SAFETY:
+            raise c.fail(f"{where}.safety", f"expected one of {', '.join(FIX_SAFETY)}, got {safety!r}")
+        params = tuple(sorted((k, _freeze(v)) for k, v in item.items() if k not in ("id", "kind", "safety", "title")))
+        out.append(FixAction(id=action_id, kind=kind, safety=safety, title=c.text(item["title"], f"{where}.title"), params=params))
+    return tuple(out)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def load_file(path: Path, display: str, *, origin: str = "builtin") -> Entry:
+    """Read, parse and validate one entry file; the file name must agree with the id."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise KBError(display, "", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KBError(display, "", f"not valid UTF-8 (byte {exc.start})") from None
+    try:
+        data = _yaml_load(text)
+    except Exception as exc:  # yaml.YAMLError and its subclasses
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise KBError(display, where, f"invalid YAML: {problem}") from None
+    entry = parse_entry(data, display, origin=origin)
+    stem_id, _, slug = path.stem.partition("-")
+    if stem_id != entry.id:
+        raise KBError(display, "id", f"{entry.id!r} does not match the file name (expected it to start with '{entry.id}-')")
+    if not slug or not SLUG_RE.match(slug):
+        raise KBError(display, "", f"file name should be '{entry.id}-<slug>.yaml' with a lower-case slug naming the failure")
+    return entry
