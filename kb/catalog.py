@@ -161,8 +161,8 @@ def load_catalog(extra_dirs: list[str] | None = None, *, use_cache: bool = True)
         except Exception:  # a missing, stale or corrupt cache is rebuilt
             pass
     catalog = build_catalog(roots)
-    catalog.search_index()
     if cache is not None:
+        catalog.search_index()  # built once here so that cached runs never pay for it
         _write_cache(cache, (fingerprint, catalog))
     return catalog
 
