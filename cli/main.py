@@ -10,7 +10,12 @@ from gpudoctor.errors import EXIT_INTERRUPTED, EXIT_USAGE, UserError
 
 # command name -> module under gpudoctor.commands; each has HELP, add_arguments(parser), run(args, out)
 COMMANDS = {
+    "list": "list_entries",
+    "show": "show",
+    "search": "search",
     "validate": "validate",
+    "probe": "probe",
+    "check": "check",
 }
 
 DESCRIPTION = """\

@@ -37,6 +37,29 @@ class Catalog:
     entries: dict[str, Entry]
     problems: list[str] = field(default_factory=list)
     index: object | None = None  # gpudoctor.kb.search.SearchIndex, built on demand
+    rendered: dict[str, list] = field(default_factory=dict)  # id -> parsed Markdown blocks
+
+    def titles(self) -> dict[str, str]:
+        return {e.id: e.title for e in self.entries.values()}
+
+    def markdown(self, entry: Entry, *, links: bool = True) -> str:
+        from gpudoctor.kb.markdown import entry_to_markdown
+
+        return entry_to_markdown(entry, self.titles(), links=links)
+
+    def blocks(self, entry: Entry) -> list:
+        """The entry parsed for the terminal; cached so that `show` never imports the parser."""
+        if entry.id not in self.rendered:
+            from gpudoctor.kb.mdblocks import parse_blocks
+
+            self.rendered[entry.id] = parse_blocks(self.markdown(entry, links=False))
+        return self.rendered[entry.id]
+
+    def prepare(self) -> None:
+        """Do once, before caching, the work every later run would otherwise repeat."""
+        self.search_index()
+        for entry in self.entries.values():
+            self.blocks(entry)
 
     def __iter__(self):
         return iter(self.entries.values())
@@ -162,7 +185,7 @@ def load_catalog(extra_dirs: list[str] | None = None, *, use_cache: bool = True)
             pass
     catalog = build_catalog(roots)
     if cache is not None:
-        catalog.search_index()  # built once here so that cached runs never pay for it
+        catalog.prepare()  # built once here so that cached runs never pay for it
         _write_cache(cache, (fingerprint, catalog))
     return catalog
 

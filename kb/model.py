@@ -96,3 +96,33 @@ class Entry:
     source: str = ""  # the file it came from, as shown in messages
     origin: str = "builtin"  # builtin | user
     extra: tuple[tuple[str, object], ...] = field(default=(), compare=False)
+
+
+def entry_to_dict(entry: Entry) -> dict:
+    """A JSON-ready dict of an entry, in schema field names."""
+    return {
+        "id": entry.id,
+        "title": entry.title,
+        "section": entry.section,
+        "summary": entry.summary,
+        "symptoms": list(entry.symptoms),
+        "cause": entry.cause,
+        "fix_summary": entry.fix_summary,
+        "fix": [{k: v for k, v in (("text", s.text), ("code", s.code), ("lang", s.lang)) if v is not None} for s in entry.fix],
+        "log_visibility": entry.log_visibility,
+        "log_visibility_note": entry.log_visibility_note or None,
+        "error_strings": list(entry.error_strings),
+        "keywords": list(entry.keywords),
+        "signatures": [
+            {"id": s.id, **({"literal": s.literal} if s.literal is not None else {"regex": s.pattern}),
+             "weight": s.weight, "needs": list(s.needs), "context": s.context}
+            for s in entry.signatures
+        ],
+        "probes": list(entry.probes),
+        "fix_actions": [{"id": a.id, "kind": a.kind, "safety": a.safety, "title": a.title} for a in entry.fix_actions],
+        "related": [{"id": r.id, "why": r.why} for r in entry.related],
+        "see_also": [{"topic": p.topic, "note": p.note} for p in entry.see_also],
+        "references": [{"title": r.title, "url": r.url} for r in entry.references],
+        "source": entry.source,
+        "origin": entry.origin,
+    }

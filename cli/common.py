@@ -1,0 +1,25 @@
+"""Helpers shared by commands: load the catalogue once, report its problems, print JSON."""
+from __future__ import annotations
+
+import json
+
+
+def load(args):
+    """The catalogue for this run; broken files are reported on stderr and never hide the rest."""
+    from gpudoctor.kb.catalog import load_catalog
+
+    catalog = load_catalog(getattr(args, "kb", None))
+    err = getattr(args, "err", None)
+    if err is not None and catalog.problems and not getattr(args, "quiet", False):
+        for problem in catalog.problems:
+            err.write(f"{err.style('gpudoctor: warning:', 'yellow')} {problem}")
+    return catalog
+
+
+def print_json(out, payload) -> None:
+    out.write(json.dumps(payload, indent=2, ensure_ascii=False))
+
+
+def fit(text: str, width: int) -> str:
+    """Cut text to a width, marking the cut."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
