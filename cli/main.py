@@ -10,6 +10,7 @@ from gpudoctor.errors import EXIT_INTERRUPTED, EXIT_USAGE, UserError
 
 # command name -> module under gpudoctor.commands; each has HELP, add_arguments(parser), run(args, out)
 COMMANDS = {
+    "diagnose": "diagnose",
     "list": "list_entries",
     "show": "show",
     "search": "search",

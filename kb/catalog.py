@@ -13,7 +13,7 @@ from gpudoctor.kb.loader import KBError, load_file
 from gpudoctor.kb.model import SECTIONS, Entry
 
 BUILTIN_DIR = Path(__file__).resolve().parent
-CACHE_FORMAT = 3  # bump when Entry, the index or this file's cache layout changes
+CACHE_FORMAT = 4  # bump when Entry, the index or this file's cache layout changes
 _ID_PARTS = re.compile(r"^\s*([A-Za-z]+)[\s_-]*0*([0-9]+)\s*$")
 
 
@@ -166,6 +166,9 @@ def build_catalog(roots: list[tuple[Path, bool]]) -> Catalog:
         for i, rel in enumerate(entry.related):
             if rel.id not in entries:
                 problems.append(f"{entry.source}: related[{i}]: unknown id {rel.id!r}")
+        for i, target in enumerate(entry.explains):
+            if target not in entries:
+                problems.append(f"{entry.source}: explains[{i}]: unknown id {target!r}")
     ordered = dict(sorted(entries.items(), key=lambda kv: id_sort_key(kv[1])))
     return Catalog(entries=ordered, problems=problems)
 

@@ -24,7 +24,7 @@ FIX_SAFETY = ("safe", "unsafe", "display-only")
 _FIELDS = {
     "id", "title", "section", "summary", "symptoms", "cause", "fix_summary", "fix",
     "log_visibility", "log_visibility_note", "error_strings", "keywords", "signatures",
-    "probes", "fix_actions", "related", "see_also", "references",
+    "probes", "fix_actions", "related", "explains", "see_also", "references",
 }
 _REQUIRED = ("id", "title", "section", "summary", "symptoms", "cause", "fix_summary", "fix", "log_visibility")
 
@@ -165,6 +165,7 @@ def parse_entry(data: Any, source: str, *, origin: str = "builtin") -> Entry:
                 for i, r in enumerate(c.items(data.get("related"), "related"))
             )
         ),
+        explains=tuple(x.upper() for x in c.texts(data.get("explains"), "explains")),
         see_also=tuple(
             Pointer(topic=c.text(p["topic"], f"see_also[{i}].topic"), note=c.text(p["note"], f"see_also[{i}].note"))
             for i, p in enumerate(
@@ -214,6 +215,11 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
             re.compile(pattern, re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
             raise c.fail(f"{where}.regex", f"invalid regular expression: {exc}") from None
+        from gpudoctor.kb.literals import MIN_LITERAL, required_literals
+
+        if not required_literals(pattern, ignore_case):
+            raise c.fail(f"{where}.regex", f"needs a literal run of {MIN_LITERAL}+ characters that every match contains "
+                         "(the fast prefilter looks for it)")
         weight = item["weight"]
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
             raise c.fail(f"{where}.weight", f"expected a number in (0, 1], got {weight!r}")

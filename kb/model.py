@@ -91,6 +91,7 @@ class Entry:
     probes: tuple[str, ...] = ()
     fix_actions: tuple[FixAction, ...] = ()
     related: tuple[Related, ...] = ()
+    explains: tuple[str, ...] = ()  # entries whose symptom this cause produces (a crash -> a timeout)
     see_also: tuple[Pointer, ...] = ()
     references: tuple[Reference, ...] = ()
     source: str = ""  # the file it came from, as shown in messages
@@ -121,6 +122,7 @@ def entry_to_dict(entry: Entry) -> dict:
         "probes": list(entry.probes),
         "fix_actions": [{"id": a.id, "kind": a.kind, "safety": a.safety, "title": a.title} for a in entry.fix_actions],
         "related": [{"id": r.id, "why": r.why} for r in entry.related],
+        "explains": list(entry.explains),
         "see_also": [{"topic": p.topic, "note": p.note} for p in entry.see_also],
         "references": [{"title": r.title, "url": r.url} for r in entry.references],
         "source": entry.source,

@@ -1,0 +1,102 @@
+"""`gpudoctor diagnose`: name the catalogue entries that explain a failed run's logs, with evidence."""
+from __future__ import annotations
+
+import sys
+
+from gpudoctor.common import load, print_json
+from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
+
+HELP = "name the cause of a failed run from its logs"
+DESCRIPTION = """\
+Read logs (files, per-rank directories, .gz, flight-recorder dumps, or stdin)
+and name the known failures that explain them, best first, with the lines that
+betray each, the fix, and the probe that would confirm it. Says so plainly when
+nothing known matches.
+
+examples:
+  gpudoctor diagnose < nccl.log
+  gpudoctor diagnose logs/                     # torchrun --log-dir, NCCL_DEBUG_FILE per rank
+  gpudoctor diagnose rank*.log --json
+  gpudoctor diagnose job.log.gz --format markdown > report.md
+
+exit codes: 0 a cause named, 1 nothing known matched, 2 usage or input error"""
+
+PROGRESS_MIN_BYTES = 32 << 20
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="log files or directories; - or nothing reads stdin")
+    parser.add_argument("--format", "-f", choices=("text", "json", "markdown"), default=None,
+                        help="output format (default text; --json is the same as --format json)")
+    parser.add_argument("--no-hyperscan", action="store_true", help="use the pure-Python matcher (same findings, slower)")
+    parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N findings (default 5)")
+
+
+class _Progress:
+    """A one-line byte counter on stderr, only on a terminal and only for big inputs."""
+
+    def __init__(self, err, total: int | None):
+        self.err, self.total, self.done, self.shown = err, total, 0, False
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.total:
+            pct = min(100, 100 * self.done // self.total)
+            bar = "#" * (pct // 4)
+            line = f"reading {self.done / 2**20:,.0f}/{self.total / 2**20:,.0f} MiB [{bar:<25}] {pct:3d}%"
+        else:
+            line = f"reading {self.done / 2**20:,.0f} MiB"
+        self.err.stream.write("\r" + line)
+        self.err.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.err.stream.write("\r" + " " * 60 + "\r")
+            self.err.stream.flush()
+
+
+def run(args, out) -> int:
+    from gpudoctor.engine.diagnose import diagnose
+    from gpudoctor.engine.sources import InputError, resolve, stdin_is_terminal
+
+    fmt = "json" if args.json else (args.format or "text")
+    stdin = getattr(args, "stdin", None) or sys.stdin.buffer
+    paths = args.paths or ["-"]
+    if paths == ["-"] and stdin_is_terminal(stdin):
+        raise UserError("no input: give log files or a directory, or pipe a log in "
+                        "(gpudoctor diagnose < nccl.log)")
+    if args.top < 1:
+        raise UserError("--top must be at least 1")
+    try:
+        sources = resolve(paths)
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    catalog = load(args)
+    total = sum(s.size or 0 for s in sources) or None
+    progress = None
+    if args.err.stream.isatty() and (total is None or total >= PROGRESS_MIN_BYTES):
+        progress = _Progress(args.err, total)
+    try:
+        result = diagnose(catalog, sources, stdin=stdin, use_hyperscan=not args.no_hyperscan, progress=progress)
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        if progress is not None:
+            progress.close()
+    if all(i.bytes == 0 for i in result.inputs if i.kind == "log") and not any(i.kind == "flight" for i in result.inputs):
+        raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
+    result.findings = result.findings[: args.top]
+    if fmt == "json":
+        from gpudoctor.report import to_json
+
+        print_json(out, to_json(result))
+    elif fmt == "markdown":
+        from gpudoctor.report import render_markdown
+
+        out.stream.write(render_markdown(result))
+    else:
+        from gpudoctor.report import render_text
+
+        render_text(result, out, catalog)
+    return EXIT_OK if result.findings else EXIT_NOTHING

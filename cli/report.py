@@ -1,0 +1,169 @@
+"""Render a Diagnosis as terminal text, Markdown for an issue tracker (secrets redacted), or versioned JSON."""
+from __future__ import annotations
+
+import re
+
+from gpudoctor.common import fit
+from gpudoctor.term import Out, sanitize
+
+_SECRETS = [
+    (re.compile(r"\b(hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{16,}|"
+                r"xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{16,})\b"), "<redacted>"),
+    (re.compile(r"(?i)\b(bearer|token)\s+[A-Za-z0-9._~+/=-]{12,}"), r"\1 <redacted>"),
+    (re.compile(r"(?i)([A-Za-z0-9_]*(?:token|secret|passwd|password|api[_-]?key|access[_-]?key|auth)[A-Za-z0-9_]*"
+                r"[\"']?\s*[=:]\s*[\"']?)[^\s\"',;]+"), r"\1<redacted>"),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1<redacted>@"),
+]
+
+
+def redact(text: str) -> str:
+    for pattern, repl in _SECRETS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def to_json(diagnosis) -> dict:
+    from gpudoctor.engine.diagnose import SCHEMA
+
+    def ev(e):
+        return None if e is None else {"file": e.file, "line": e.line, "text": sanitize(e.text)}
+
+    payload = {
+        "schema": SCHEMA,
+        "findings": [
+            {
+                "id": f.id, "title": f.title, "score": f.score,
+                "evidence": [dict(ev(e), signature=e.signature) for e in f.evidence],
+                "fix": f.fix, "probes": list(f.probes), "signatures": list(f.signatures),
+                "consequence_of": list(f.consequence_of), "explains": list(f.explains),
+            }
+            for f in diagnosis.findings
+        ],
+        "ranks": [
+            {
+                "rank": r.rank, "status": r.status, "sources": r.sources, "last_line": ev(r.last_line),
+                "last_time": r.last_time, "last_enqueued": r.last_enqueued, "last_completed": r.last_completed,
+                "timed_out_in": r.timed_out_in, "init_complete": r.init_complete, "first_error": ev(r.first_error),
+            }
+            for r in diagnosis.ranks
+        ],
+        "verdict": diagnosis.verdict,
+        "inputs": [
+            {"name": i.name, "kind": i.kind, "bytes": i.bytes, "lines": i.lines, "binary": i.binary, "problem": i.problem}
+            for i in diagnosis.inputs
+        ],
+        "engine": diagnosis.engine,
+        "notes": diagnosis.notes,
+    }
+    if diagnosis.flight is not None:
+        from gpudoctor.engine.flight import report_to_dict
+
+        payload["flight"] = report_to_dict(diagnosis.flight)
+    return payload
+
+
+def _inputs_line(diagnosis) -> str:
+    logs = [i for i in diagnosis.inputs if i.kind == "log"]
+    names = ", ".join(i.name for i in diagnosis.inputs[:3]) + (", ..." if len(diagnosis.inputs) > 3 else "")
+    lines = sum(i.lines for i in logs)
+    return f"{names} ({len(diagnosis.inputs)} input{'s' * (len(diagnosis.inputs) != 1)}, {lines:,} lines)"
+
+
+def render_text(diagnosis, out: Out, catalog=None) -> None:
+    w = out.width
+    head = _inputs_line(diagnosis)
+    if diagnosis.findings:
+        n = len(diagnosis.findings)
+        out.write(out.style(f"{n} known cause{'s' * (n != 1)} in {fit(head, w - 22)}", "bold"))
+    else:
+        out.write(out.style(f"No known cause in {fit(head, w - 18)}", "bold"))
+    for k, f in enumerate(diagnosis.findings, 1):
+        out.write("")
+        label = f"{k:>2}. {f.id:<5}"
+        score = f"{f.score:.2f}"
+        title = fit(f.title, w - len(label) - len(score) - 3)
+        out.write(f"{out.style(label, 'id')} {title}{' ' * max(1, w - len(label) - len(title) - len(score) - 1)}{score}")
+        if f.consequence_of:
+            out.write("    " + out.style(f"likely a consequence of {', '.join(f.consequence_of)}, not the cause", "yellow"))
+        for e in f.evidence:
+            loc = f"{_short(e.file)}:{e.line}"
+            text = sanitize(e.text).strip()
+            out.write("    " + out.style(loc, "dim") + " " + fit(text, max(20, w - 5 - len(loc))))
+        for ln in _wrap("fix: " + f.fix, w - 4):
+            out.write("    " + ln)
+        if f.probes:
+            out.write("    " + out.style("confirm: " + "; ".join(f"gpudoctor probe {p}" for p in f.probes), "dim"))
+        out.write("    " + out.style(f"more: gpudoctor show {f.id}", "dim"))
+    if diagnosis.ranks:
+        out.write("")
+        out.write(out.style("Ranks", "bold"))
+        out.write(out.style(f"  {'RANK':<5} {'STATUS':<8} {'DONE/ENQ':<9} {'INIT':<4} FIRST ERROR / LAST LINE", "dim"))
+        for r in diagnosis.ranks[:64]:
+            seq = f"{_n(r.last_completed)}/{_n(r.last_enqueued)}"
+            init = {True: "yes", False: "no", None: "-"}[r.init_complete]
+            e = r.first_error or r.last_line
+            where = f"{_short(e.file)}:{e.line} {sanitize(e.text).strip()}" if e else ""
+            style = {"died": "fail", "behind": "yellow", "no-init": "yellow", "missing": "dim"}.get(r.status)
+            status = out.style(f"{r.status:<8}", style) if style else f"{r.status:<8}"
+            out.write(f"  {r.rank:<5} {status} {seq:<9} {init:<4} {fit(where, max(10, w - 32))}")
+        if len(diagnosis.ranks) > 64:
+            out.write(out.style(f"  ... {len(diagnosis.ranks) - 64} more ranks (--json lists all)", "dim"))
+    if diagnosis.flight is not None and getattr(diagnosis.flight, "summary", None):
+        out.write("")
+        out.write(out.style("Flight recorder", "bold"))
+        for ln in _wrap(sanitize(diagnosis.flight.summary), w - 2):
+            out.write("  " + ln)
+    if diagnosis.verdict:
+        out.write("")
+        out.write(out.style("Which rank?", "bold"))
+        for sentence in diagnosis.verdict:
+            for i, ln in enumerate(_wrap(sanitize(sentence), w - 4)):
+                out.write(("  - " if i == 0 else "    ") + ln)
+    for note in diagnosis.notes:
+        out.write(out.style(f"note: {sanitize(note)}", "dim"))
+    if not diagnosis.findings:
+        out.write("")
+        out.write("Nothing in the catalogue explains this log, so gpudoctor names no cause.")
+        out.write("Try: gpudoctor search \"<first error line>\", or add your own runbook with --kb.")
+
+
+def render_markdown(diagnosis) -> str:
+    lines = [f"## gpudoctor diagnosis", "", f"Inputs: {redact(_inputs_line(diagnosis))}", ""]
+    if not diagnosis.findings:
+        lines += ["No known cause: nothing in the gpudoctor catalogue matches these logs.", ""]
+    for k, f in enumerate(diagnosis.findings, 1):
+        lines.append(f"### {k}. {f.id}: {f.title} (score {f.score:.2f})")
+        lines.append("")
+        if f.consequence_of:
+            lines += [f"Likely a consequence of {', '.join(f.consequence_of)}.", ""]
+        lines.append("```text")
+        for e in f.evidence:
+            lines.append(redact(f"{e.file}:{e.line}: {sanitize(e.text).strip()}"))
+        lines += ["```", "", f"**Fix:** {f.fix}", ""]
+        if f.probes:
+            lines += ["**Confirm:** " + ", ".join(f"`gpudoctor probe {p}`" for p in f.probes), ""]
+    if diagnosis.ranks:
+        lines += ["### Ranks", "", "| rank | status | done/enqueued | init | first error |", "|---|---|---|---|---|"]
+        for r in diagnosis.ranks:
+            e = r.first_error
+            err = redact(sanitize(e.text).strip()).replace("|", "\\|")[:120] if e else ""
+            init = {True: "yes", False: "no", None: "-"}[r.init_complete]
+            lines.append(f"| {r.rank} | {r.status} | {_n(r.last_completed)}/{_n(r.last_enqueued)} | {init} | {err} |")
+        lines.append("")
+    if diagnosis.verdict:
+        lines += ["### Which rank?", ""] + [f"- {redact(sanitize(v))}" for v in diagnosis.verdict] + [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _n(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 28 else "…" + name[-27:]
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width=max(20, width), break_long_words=True, break_on_hyphens=False) or [""]

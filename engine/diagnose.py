@@ -1,0 +1,111 @@
+"""Diagnose a failed run: scan every source, score catalogue entries, follow the ranks, read flight dumps."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable
+
+from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
+from gpudoctor.engine.patterns import STRUCT, PatternSet
+from gpudoctor.engine.scan import Scanner, SourceScan
+from gpudoctor.engine.sources import InputError, Source, open_source
+
+SCHEMA = "gpudoctor.diagnosis/1"
+
+
+@dataclass
+class InputSummary:
+    name: str
+    bytes: int
+    lines: int
+    kind: str  # "log" or "flight"
+    binary: bool = False
+    cut_lines: int = 0
+    problem: str | None = None  # set when the source could be read only in part
+
+
+@dataclass
+class Diagnosis:
+    findings: list[Finding]
+    ranks: list  # list[gpudoctor.engine.ranks.RankReport]
+    verdict: list[str]  # plain sentences: which rank died or fell behind first
+    inputs: list[InputSummary]
+    engine: str  # "hyperscan" or "python"
+    flight: object | None = None  # gpudoctor.engine.flight.FlightReport
+    notes: list[str] = field(default_factory=list)
+
+
+_PATTERN_CACHE: dict[int, PatternSet] = {}
+
+
+def pattern_set(catalog) -> PatternSet:
+    key = id(catalog)
+    if key not in _PATTERN_CACHE:
+        _PATTERN_CACHE.clear()
+        _PATTERN_CACHE[key] = PatternSet.from_entries(catalog)
+    return _PATTERN_CACHE[key]
+
+
+def diagnose(
+    catalog,
+    sources: list[Source],
+    *,
+    stdin: BinaryIO | None = None,
+    use_hyperscan: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> Diagnosis:
+    """Scan the sources and explain them. Raises InputError for a source that cannot be opened at all."""
+    from gpudoctor.engine.ranks import analyze_ranks
+
+    patterns = pattern_set(catalog)
+    scanner = Scanner(patterns, use_hyperscan=use_hyperscan)
+    scans: list[tuple[Source, SourceScan]] = []
+    inputs: list[InputSummary] = []
+    dumps = []
+    for source in sources:
+        if source.flight:
+            dumps.append(_load_dump(source))
+            inputs.append(InputSummary(source.name, source.size or 0, 0, "flight"))
+            continue
+        stream = open_source(source, stdin)
+        problem = None
+        try:
+            result = scanner.scan(stream, source.name, progress)
+        except (OSError, EOFError) as exc:  # a truncated .gz, a read error half-way
+            problem = f"{source.name}: read stopped early: {exc}"
+            result = SourceScan(name=source.name)
+        finally:
+            if source.path is not None:
+                stream.close()
+        scans.append((source, result))
+        inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem))
+
+    matched: dict[str, dict[str, SignatureHits]] = {}
+    for _source, result in scans:
+        for index, hits in result.hits.items():
+            pattern = patterns.patterns[index]
+            if pattern.owner == STRUCT:
+                continue
+            sh = matched.setdefault(pattern.owner, {}).setdefault(pattern.name, SignatureHits())
+            sh.count += hits.count
+            sh.lines.extend((result.name, h) for h in hits.all())
+    entries = {e.id: e for e in catalog}
+    findings = build_findings(entries, matched)
+
+    flight_report = None
+    if dumps:
+        from gpudoctor.engine.flight import analyze
+
+        flight_report = analyze(dumps)
+    ranks, verdict = analyze_ranks(scans, patterns, flight_report)
+    notes = [i.problem for i in inputs if i.problem]
+    notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
+    return Diagnosis(findings, ranks, verdict, inputs, scanner.engine, flight_report, notes)
+
+
+def _load_dump(source: Source):
+    from gpudoctor.engine.flight import FlightError, load_dump
+
+    try:
+        return load_dump(source.path)
+    except FlightError as exc:
+        raise InputError(str(exc)) from None

@@ -1,0 +1,116 @@
+"""Score catalogue entries from matched signatures, and rank a cause above the timeout it produced."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpudoctor.kb.model import Entry
+
+REPORT_MIN = 0.4  # below this an entry shares only weak or context lines with the log: not reported
+CONTEXT_GAIN = 0.5  # how far context lines can close the gap to 1
+MAX_EVIDENCE = 6
+
+
+@dataclass(frozen=True)
+class Evidence:
+    file: str
+    line: int
+    text: str
+    signature: str  # which signature of the entry matched this line
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    title: str
+    score: float  # 0..1
+    evidence: tuple[Evidence, ...]
+    fix: str
+    probes: tuple[str, ...]
+    signatures: tuple[str, ...]  # ids of the signatures that matched
+    consequence_of: tuple[str, ...] = ()  # findings that explain this one (a timeout caused by a crash)
+    explains: tuple[str, ...] = ()
+
+
+@dataclass
+class SignatureHits:
+    """Everything one signature matched across all sources: (file, Hit) pairs and a total count."""
+
+    count: int = 0
+    lines: list = None  # list[tuple[str, Hit]]
+
+    def __post_init__(self):
+        if self.lines is None:
+            self.lines = []
+
+
+def score_entry(entry: Entry, matched: dict[str, SignatureHits]) -> tuple[float, list[str]]:
+    """Noisy-OR of the weights of matched signatures whose co-requirements hold; context only adds."""
+    present = {sid for sid, h in matched.items() if h.count}
+    effective = [s for s in entry.signatures if s.id in present and all(n in present for n in s.needs)]
+    strong = [s for s in effective if not s.context]
+    if not strong:
+        return 0.0, []
+    miss = 1.0
+    for sig in strong:
+        miss *= 1.0 - sig.weight
+    score = 1.0 - miss
+    context = [s for s in effective if s.context]
+    if context:
+        boost = min(1.0, sum(s.weight for s in context))
+        score += (1.0 - score) * CONTEXT_GAIN * boost
+    return min(score, 0.99), [s.id for s in strong + context]
+
+
+def build_findings(entries: dict[str, Entry], matched: dict[str, dict[str, SignatureHits]]) -> list[Finding]:
+    """Findings best first; an entry that explains another (a crash explaining a timeout) ranks above it."""
+    scored: dict[str, tuple[float, list[str]]] = {}
+    for eid, sigs in matched.items():
+        entry = entries.get(eid)
+        if entry is None:
+            continue
+        score, used = score_entry(entry, sigs)
+        if score >= REPORT_MIN:
+            scored[eid] = (score, used)
+
+    explained_by: dict[str, list[str]] = {}
+    for eid in scored:
+        for target in _explains(entries[eid]):
+            if target in scored and target != eid:
+                explained_by.setdefault(target, []).append(eid)
+    # a symptom never outranks the cause found beside it
+    adjusted = {eid: s for eid, (s, _) in scored.items()}
+    for target, causes in explained_by.items():
+        top = max(adjusted[c] for c in causes)
+        if adjusted[target] >= top:
+            adjusted[target] = round(top * 0.9, 3)
+
+    findings = []
+    for eid, (_, used) in scored.items():
+        entry = entries[eid]
+        evidence: list[Evidence] = []
+        for sid in used:
+            for file, hit in matched[eid][sid].lines:
+                evidence.append(Evidence(file, hit.line_no, hit.text, sid))
+        evidence = _dedupe(evidence)[:MAX_EVIDENCE]
+        findings.append(Finding(
+            id=eid, title=entry.title, score=round(adjusted[eid], 3), evidence=tuple(evidence),
+            fix=entry.fix_summary, probes=entry.probes, signatures=tuple(used),
+            consequence_of=tuple(sorted(explained_by.get(eid, []))),
+            explains=tuple(t for t in _explains(entry) if t in scored),
+        ))
+    findings.sort(key=lambda f: (-f.score, f.consequence_of != (), f.id))
+    return findings
+
+
+def _explains(entry: Entry) -> tuple[str, ...]:
+    return entry.explains
+
+
+def _dedupe(evidence: list[Evidence]) -> list[Evidence]:
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for ev in sorted(evidence, key=lambda e: (e.file, e.line)):
+        if (ev.file, ev.line) not in seen:
+            seen.add((ev.file, ev.line))
+            out.append(ev)
+    return out

@@ -1,0 +1,104 @@
+"""The pattern set a scan looks for: every catalogue signature plus the structural lines the engine reads."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from gpudoctor.kb.literals import required_literals
+from gpudoctor.kb.model import Entry, Signature
+
+STRUCT = "@"  # owner of structural patterns, which no entry owns
+
+# Lines the engine parses to follow ranks, collectives and errors, whatever the catalogue says.
+STRUCTURAL = {
+    "traceback": r"Traceback \(most recent call last\)",
+    "exception": r"\b[A-Z][A-Za-z0-9_.]*(?:Error|Exception|Interrupt)\b(?::|$)",
+    "watchdog": r"Watchdog caught collective operation timeout|Timeout at NCCL work|last enqueued (?:NCCL )?work",
+    "gloo-timeout": r"Timed out waiting \d+ ?ms for (?:recv|send)|\[Gloo\] .*(?:timed out|Timeout)|Gloo connectFullMesh failed",
+    "init-complete": r"Init COMPLETE",
+    "root-cause": r"Root Cause \(first observed failure\)",
+    "child-failed": r"ChildFailedError",
+    "nccl-warn": r" NCCL WARN ",
+    "nccl-env": r"\b(?:NCCL_[A-Z0-9_]+ set by environment to|(?:export )?(?:TORCH_)?NCCL_[A-Z0-9_]+=|TORCH_DISTRIBUTED_DEBUG=)",
+    "nccl-net": r"(?:NET/(?:Socket|IB|OFI)\s*: Using|Bootstrap\s*: Using)",
+    "signal": r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*: -\d+",
+    "mismatch": r"Detected mismatch between collectives on ranks",
+}
+
+
+@dataclass(frozen=True)
+class Pattern:
+    index: int  # the id hyperscan reports
+    owner: str  # an entry id, or STRUCT
+    name: str  # the signature id, or the structural name
+    regex: str
+    caseless: bool
+    literals: frozenset[str] | None  # one of these occurs in every match (lower-cased when caseless)
+    signature: Signature | None = None
+
+
+class PatternSet:
+    """Compiled once per catalogue: Python regexes for verification, hyperscan or literals for speed."""
+
+    def __init__(self, patterns: list[Pattern]):
+        self.patterns = patterns
+        self.compiled = [re.compile(p.regex, re.IGNORECASE if p.caseless else 0) for p in patterns]
+        self._hs = None
+        self._hs_tried = False
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[Entry]) -> "PatternSet":
+        patterns: list[Pattern] = []
+        for name, regex in STRUCTURAL.items():
+            patterns.append(Pattern(len(patterns), STRUCT, name, regex, False, required_literals(regex)))
+        for entry in entries:
+            for sig in entry.signatures:
+                patterns.append(Pattern(
+                    len(patterns), entry.id, sig.id, sig.pattern, sig.ignore_case,
+                    required_literals(sig.pattern, sig.ignore_case), sig,
+                ))
+        return cls(patterns)
+
+    def hyperscan(self):
+        """A hyperscan block-mode database of every pattern, or None where hyperscan is unavailable."""
+        if self._hs_tried:
+            return self._hs
+        self._hs_tried = True
+        try:
+            import hyperscan
+        except ImportError:
+            return None
+        exprs, flags = [], []
+        for p in self.patterns:
+            # candidates only: Python re verifies every line, so a superset is enough
+            exprs.append(_prefilter_regex(p.regex).encode("utf-8"))
+            flags.append((hyperscan.HS_FLAG_CASELESS if p.caseless else 0) | hyperscan.HS_FLAG_PREFILTER
+                         | hyperscan.HS_FLAG_MULTILINE)
+        try:
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=exprs, ids=[p.index for p in self.patterns], elements=len(exprs), flags=flags)
+        except Exception:  # an expression hyperscan cannot take: the literal path gives the same findings
+            return None
+        self._hs = db
+        return db
+
+    def literal_table(self) -> tuple[list[tuple[str, list[int]]], list[tuple[str, list[int]]], list[int]]:
+        """(case-sensitive literals, caseless literals, patterns with no literal) for the pure-Python path."""
+        exact: dict[str, list[int]] = {}
+        folded: dict[str, list[int]] = {}
+        bare: list[int] = []
+        for p in self.patterns:
+            if not p.literals:
+                bare.append(p.index)
+                continue
+            table = folded if p.caseless else exact
+            for lit in p.literals:
+                table.setdefault(lit, []).append(p.index)
+        return sorted(exact.items()), sorted(folded.items()), bare
+
+
+def _prefilter_regex(regex: str) -> str:
+    # Python verifies each line's text with its prefixes stripped, so a leading ^ means "start of
+    # the body", which hyperscan cannot see in the raw line: drop it to keep a superset.
+    return re.sub(r"^((?:\(\?[a-zA-Z]+\))?)\^", r"\1", regex)

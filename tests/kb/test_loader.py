@@ -1,0 +1,129 @@
+"""Loader validation: every error names its file and field; user runbooks add, override, never hide."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gpudoctor.kb.catalog import build_catalog, load_catalog, BUILTIN_DIR
+
+GOOD = textwrap.dedent("""\
+    id: X1
+    title: Our NFS mount stalls the data loader
+    section: user
+    summary: The shared NFS mount goes away and every rank blocks in read().
+    symptoms:
+      - all ranks stuck in a read of /mnt/data
+    cause: The NFS server is overloaded.
+    fix_summary: Copy the data set to local NVMe first.
+    fix:
+      - text: Stage the data set on local disk.
+        code: rsync -a /mnt/data/ /local/data/
+        lang: bash
+    log_visibility: shows
+    error_strings: ["nfs: server not responding"]
+    signatures:
+      - id: nfs-not-responding
+        literal: "nfs: server not responding"
+        weight: 0.9
+    related:
+      - id: D8
+        why: a stuck rank can also be a skipped reduction
+    """)
+
+
+def write(folder, name, text):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def problems_for(tmp_path, name, text):
+    path = write(tmp_path / "runbooks", name, text)
+    catalog = build_catalog([(BUILTIN_DIR, True), (tmp_path / "runbooks", False)])
+    return [p for p in catalog.problems if p.startswith(str(path))], catalog
+
+
+def test_good_user_entry_loads_beside_builtins(tmp_path):
+    found, catalog = problems_for(tmp_path, "X1-nfs-stall.yaml", GOOD)
+    assert found == []
+    assert catalog.get("x1").origin == "user"
+    assert catalog.get("D8") is not None
+    assert catalog.get("X1").signatures[0].literal == "nfs: server not responding"
+
+
+@pytest.mark.parametrize(
+    "change, where",
+    [
+        (("  - id: D8\n", "  - id: D8\n    why: x\n  - id: D99\n    why: nope\n  - id: D8\n"), "related[1]: unknown id 'D99'"),
+        (("literal: \"nfs: server not responding\"", "regex: 'nfs: (server'"), "signatures[0].regex: invalid regular expression"),
+        (("weight: 0.9", "weight: 3"), "signatures[0].weight: expected a number in (0, 1]"),
+        (("section: user", "section: gpus"), "section: unknown section 'gpus'"),
+        (("log_visibility: shows", "log_visibility: maybe"), "log_visibility: expected 'shows' or 'never'"),
+        (("title: Our NFS mount stalls the data loader\n", ""), "title: missing required field"),
+        (("symptoms:\n  - all ranks stuck in a read of /mnt/data", "symptoms: 5"), "symptoms: expected a list, got int"),
+        (("    lang: bash\n", "    lang: bash\n    run: yes\n"), "fix[0].run: unknown field"),
+        (("cause:", "causes:"), "causes: unknown field"),
+    ],
+)
+def test_errors_name_file_and_field(tmp_path, change, where):
+    old, new = change
+    assert old in GOOD
+    found, catalog = problems_for(tmp_path, "X1-nfs-stall.yaml", GOOD.replace(old, new))
+    assert len(found) == 1, catalog.problems
+    assert where in found[0]
+    assert found[0].startswith(str(tmp_path / "runbooks" / "X1-nfs-stall.yaml") + ": ")
+    # the broken runbook never hides the built-in catalogue
+    assert catalog.get("D8") is not None
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    found, _ = problems_for(tmp_path, "X1-nfs-stall.yaml", GOOD.replace("symptoms:\n", "symptoms: [\n"))
+    assert len(found) == 1 and "invalid YAML" in found[0] and ": line " in found[0]
+
+
+def test_file_name_must_match_id(tmp_path):
+    found, _ = problems_for(tmp_path, "X2-nfs-stall.yaml", GOOD)
+    assert len(found) == 1 and "id: 'X1' does not match the file name" in found[0]
+
+
+def test_invalid_utf8_and_binary_files_are_reported(tmp_path):
+    found, _ = problems_for(tmp_path, "X1-nfs-stall.yaml", "")
+    assert found and "expected a mapping" in found[0]
+    path = tmp_path / "runbooks" / "X1-nfs-stall.yaml"
+    path.write_bytes(b"id: X1\ntitle: \xff\xfe\x00\x01\n")
+    catalog = build_catalog([(tmp_path / "runbooks", False)])
+    assert any("not valid UTF-8" in p for p in catalog.problems)
+
+
+def test_user_entry_overrides_builtin(tmp_path, monkeypatch):
+    override = GOOD.replace("id: X1", "id: D8").replace("section: user", "section: ddp")
+    write(tmp_path / "kb", "D8-our-own-take.yaml", override)
+    monkeypatch.setenv("GPUDOCTOR_KB", str(tmp_path / "kb"))
+    catalog = load_catalog()
+    assert catalog.get("D8").origin == "user"
+    assert catalog.get("D8").title.startswith("Our NFS mount")
+
+
+def test_missing_runbook_folder_is_reported(tmp_path):
+    catalog = load_catalog([str(tmp_path / "nope")])
+    assert any("runbook folder not found" in p for p in catalog.problems)
+    assert catalog.get("D8") is not None
+
+
+def test_cache_is_invalidated_when_a_file_changes(tmp_path):
+    folder = tmp_path / "kb"
+    path = write(folder, "X1-nfs-stall.yaml", GOOD)
+    first = load_catalog([str(folder)])
+    assert first.get("X1").title.startswith("Our NFS")
+    path.write_text(GOOD.replace("Our NFS mount stalls", "The NFS mount stalls"))
+    second = load_catalog([str(folder)])
+    assert second.get("X1").title.startswith("The NFS mount stalls")
+
+
+def test_corrupt_cache_is_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "c"))
+    load_catalog()
+    (tmp_path / "c" / "catalog.pickle").write_bytes(b"\x80\x05garbage")
+    assert load_catalog().get("D8") is not None
