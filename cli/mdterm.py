@@ -113,7 +113,7 @@ class TermRenderer:
                 out.append("")
             elif kind == "code":
                 for ln in block[2].splitlines() or [""]:
-                    out.append("    " + self.style(ln, "code"))
+                    out.append("  " + self.style(ln, "code"))
                 out.append("")
             elif kind == "list":
                 out += self._list(block, width)

@@ -21,6 +21,7 @@ FIELD_WEIGHTS = {
     "fix": 0.3,
 }
 _K1, _B = 1.2, 0.6
+_SCALE = 8.0  # raw score -> 0..1: a title-and-error match scores about 0.95, one shared word under 0.2
 _FUZZY_MIN = 84.0  # rapidfuzz ratio for a misspelt term to count (adress ~ address = 92)
 
 _STOP = frozenset(
@@ -84,8 +85,10 @@ def tokenize(text: str) -> list[str]:
                 out.extend(_EXPANSIONS[part])
             elif part not in _STOP:
                 out.append(_stem(part))
-    # "30 minutes" is how people say the 1800 s NCCL default
+    if "out of memory" in text.lower():  # what OOM stands for
+        out.append("oom")
     joined = " ".join(out)
+    # "30 minutes" is how people say the 1800 s NCCL default
     if "30 minute" in joined:
         out.append("1800")
     return out
@@ -209,6 +212,6 @@ class SearchIndex:
             scores.append((total * (0.5 + 0.5 * coverage), i, tuple(matched)))
         scores.sort(key=lambda s: (-s[0], s[1]))
         return [
-            Hit(id=self.ids[i], score=round(min(1.0, s / (best_possible * 2.2)), 3), matched=m)
+            Hit(id=self.ids[i], score=round(1.0 - math.exp(-s / _SCALE), 3), matched=m)
             for s, i, m in scores[:limit]
         ]

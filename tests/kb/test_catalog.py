@@ -1,0 +1,97 @@
+"""Catalogue meta-tests: every entry loads, resolves, renders in 80 columns and is written in its own words."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.kb.catalog import BUILTIN_DIR, load_catalog
+from gpudoctor.term import strip_ansi
+
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+EXPECTED_IDS = (
+    [f"D{i}" for i in range(1, 24)] + [f"MN{i}" for i in range(1, 7)] + [f"P{i}" for i in range(1, 7)] + ["G1"]
+)
+SHOWS = set("D1 D2 D3 D4 D5 D6 D8 D9 D15 D17 D18 D19 D20 D21 D22 D23 MN1 MN2 MN3 MN4 MN5 MN6 P1 P2 P4".split())
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog(use_cache=False)
+
+
+def test_catalogue_loads_without_problems(catalog):
+    assert catalog.problems == []
+
+
+def test_every_expected_entry_is_present(catalog):
+    assert sorted(catalog.entries) == sorted(EXPECTED_IDS)
+
+
+def test_file_names_agree_with_ids_and_sections():
+    for path in BUILTIN_DIR.rglob("*.yaml"):
+        entry_id = path.stem.split("-")[0]
+        entry = load_catalog(use_cache=False).entries[entry_id]
+        assert entry.section == path.parent.name, path
+        assert re.fullmatch(r"[A-Z]+[0-9]+-[a-z0-9]+(-[a-z0-9]+)*", path.stem), path
+
+
+def test_related_ids_resolve_and_are_not_self(catalog):
+    for entry in catalog:
+        for rel in entry.related:
+            assert rel.id in catalog.entries, (entry.id, rel.id)
+            assert rel.id != entry.id
+
+
+def test_log_visibility_follows_the_catalogue_plan(catalog):
+    for entry in catalog:
+        assert entry.log_visibility == ("shows" if entry.id in SHOWS else "never"), entry.id
+        if entry.log_visibility == "never":
+            assert len(entry.log_visibility_note) > 40, entry.id
+
+
+@pytest.mark.parametrize("entry_id", EXPECTED_IDS)
+def test_entry_renders_within_80_columns(cli, entry_id):
+    result = cli("show", entry_id)
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert len(lines) > 15
+    for line in lines:
+        text = strip_ansi(line)
+        if len(text) > 80:
+            # only an unbreakable address may run past the edge, alone on its line
+            assert re.fullmatch(r"\s*(?:[•-] )?https?://\S+", text), (entry_id, text)
+
+
+@pytest.mark.parametrize("entry_id", ["D1", "D7", "D13"])
+def test_tables_render_as_aligned_columns(cli, entry_id):
+    out = cli("show", entry_id).out
+    assert "─┼─" in out or "-+-" in out, f"{entry_id} should carry a table"
+
+
+def test_every_entry_has_a_fix_with_steps_and_references(catalog):
+    for entry in catalog:
+        assert entry.fix and entry.fix_summary
+        assert entry.references or entry.section == "guides", entry.id
+
+
+def _ngrams(text: str, n: int) -> set[tuple[str, ...]]:
+    words = re.findall(r"[a-z0-9']+", text.lower())
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside this checkout")
+def test_entries_are_written_in_their_own_words(catalog):
+    """No run of 9 words of prose copied from the reference documents (code and error text excepted)."""
+    source = " ".join(p.read_text() for p in REFERENCE.glob("*.md"))
+    source = re.sub(r"`[^`]*`", " ", source)
+    copied = _ngrams(source, 9)
+    offenders = []
+    for entry in catalog:
+        prose = [entry.summary, entry.cause, *entry.symptoms, *(s.text for s in entry.fix), entry.fix_summary]
+        text = re.sub(r"`[^`]*`", " ", " ".join(prose))
+        shared = _ngrams(text, 9) & copied
+        if shared:
+            offenders.append((entry.id, " ".join(sorted(shared)[0])))
+    assert offenders == []
