@@ -88,15 +88,20 @@ def diagnose(
             sh = matched.setdefault(pattern.owner, {}).setdefault(pattern.name, SignatureHits())
             sh.count += hits.count
             sh.lines.extend((result.name, h) for h in hits.all())
-    entries = {e.id: e for e in catalog}
-    findings = build_findings(entries, matched)
-
     flight_report = None
     if dumps:
         from gpudoctor.engine.flight import analyze
 
         flight_report = analyze(dumps)
-    ranks, verdict = analyze_ranks(scans, patterns, flight_report)
+    ranks, verdict, signals = analyze_ranks(scans, patterns, flight_report)
+    entries = {e.id: e for e in catalog}
+    for entry in entries.values():
+        for sig in entry.signatures:
+            if sig.derived and signals.get(sig.derived):
+                sh = matched.setdefault(entry.id, {}).setdefault(sig.id, SignatureHits())
+                sh.count += len(signals[sig.derived])
+                sh.lines.extend(signals[sig.derived])
+    findings = build_findings(entries, matched)
     notes = [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
     return Diagnosis(findings, ranks, verdict, inputs, scanner.engine, flight_report, notes)

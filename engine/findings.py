@@ -77,13 +77,15 @@ def build_findings(entries: dict[str, Entry], matched: dict[str, dict[str, Signa
         for target in _explains(entries[eid]):
             if target in scored and target != eid:
                 explained_by.setdefault(target, []).append(eid)
-    # a symptom never outranks the cause found beside it
+    # a symptom never outranks the cause found beside it; the symptom in turn corroborates the cause
     adjusted = {eid: s for eid, (s, _) in scored.items()}
     for target, causes in explained_by.items():
+        for cause in causes:
+            if adjusted[cause] < scored[target][0]:
+                adjusted[cause] = round((adjusted[cause] + scored[target][0]) / 2, 3)
         top = max(adjusted[c] for c in causes)
         if adjusted[target] >= top:
-            adjusted[target] = round(top * 0.9, 3)
-
+            adjusted[target] = round(top - 0.01, 3)
     findings = []
     for eid, (_, used) in scored.items():
         entry = entries[eid]

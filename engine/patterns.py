@@ -22,6 +22,7 @@ STRUCTURAL = {
     "nccl-warn": r" NCCL WARN ",
     "nccl-env": r"\b(?:NCCL_[A-Z0-9_]+ set by environment to|(?:export )?(?:TORCH_)?NCCL_[A-Z0-9_]+=|TORCH_DISTRIBUTED_DEBUG=)",
     "nccl-net": r"(?:NET/(?:Socket|IB|OFI)\s*: Using|Bootstrap\s*: Using)",
+    "lost-peer": r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|communicator was aborted",
     "signal": r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*: -\d+",
     "mismatch": r"Detected mismatch between collectives on ranks",
 }
@@ -54,6 +55,8 @@ class PatternSet:
             patterns.append(Pattern(len(patterns), STRUCT, name, regex, False, required_literals(regex)))
         for entry in entries:
             for sig in entry.signatures:
+                if sig.derived:
+                    continue  # computed from the whole log set, not matched line by line
                 patterns.append(Pattern(
                     len(patterns), entry.id, sig.id, sig.pattern, sig.ignore_case,
                     required_literals(sig.pattern, sig.ignore_case), sig,

@@ -1,4 +1,4 @@
-"""Follow each rank through the logs and name the one that fell behind or died first."""
+"""Follow each rank through the logs, name the one that fell behind or died first, and derive cross-rank signals."""
 from __future__ import annotations
 
 import re
@@ -6,9 +6,28 @@ from dataclasses import dataclass, field
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.patterns import STRUCT, PatternSet
+from gpudoctor.engine.scan import Hit
 
 _INIT_RANK = re.compile(r"\brank (\d+) nranks (\d+)\b")
-_TIMEOUT_WORDS = ("Watchdog caught", "timed out", "Timed out", "Timeout", "timeout")
+_TIMEOUT = re.compile(r"Watchdog caught|[Tt]imed out|[Tt]imeout|timing out|DEADLINE_EXCEEDED")
+_DESYNC = re.compile(r"Detected mismatch between collectives|doesn't match expected size|EnforceNotMet|"
+                     r"Message truncated|Collectives differ")
+_LAUNCHER_ERRORS = {"ChildFailedError", "ProcessExitedException", "ProcessRaisedException", "SignalException"}
+_LOST_PEER = re.compile(
+    r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|Broken pipe|got 0 bytes|"
+    r"communicator was aborted|remote process exited|Connection refused|ProcessGroup.*(?:aborted|shut ?down)|"
+    r"NCCL communicator.*abort|SIGTERM|Signal 15",
+)
+_COLLECTIVES = {
+    "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
+    "broadcast", "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
+    "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "send", "recv",
+}
+# user functions whose name says "only one rank is meant to be here"
+_GATED_FUNCTION = re.compile(r"save|checkpoint|ckpt|eval|valid|log|metric|report|print|test|export|rank0|main_process",
+                             re.IGNORECASE)
+SIGNALS = ("collective-timeout", "lost-peer", "rank-failed-first", "ranks-in-different-collectives",
+           "collective-in-gated-path")
 
 
 @dataclass
@@ -22,166 +41,298 @@ class RankReport:
     timed_out_in: str | None = None  # "ALLREDUCE #57" when this rank's watchdog fired
     init_complete: bool | None = None
     first_error: Evidence | None = None
-    error_kind: str | None = None  # "crash" (its own error) or "timeout" (waiting on others)
-    status: str = "ok"  # ok | died | behind | waiting | missing | no-init
+    error_kind: str | None = None  # crash (its own error), timeout (waiting on others), lost-peer, desync
+    blocked_in: str | None = None  # the collective its traceback ends in: "barrier", "backward"
+    blocked_from: Evidence | None = None  # the user frame that called it
+    status: str = "ok"  # ok | died | behind | waiting | lost-peer | missing | no-init
+    _first_epoch: float | None = field(default=None, repr=False)
 
 
-def _rank_of(text: str, hint: int | None) -> int | None:
-    from gpudoctor.engine.lines import parse_prefix
+def classify(text: str) -> str:
+    """crash (the rank's own error), timeout, lost-peer (a consequence of another rank), desync."""
+    if _DESYNC.search(text):
+        return "desync"
+    if _TIMEOUT.search(text):
+        return "timeout"
+    if _LOST_PEER.search(text):
+        return "lost-peer"
+    return "crash"
 
-    rank = parse_prefix(text).rank
-    return rank if rank is not None else hint
+
+@dataclass
+class _State:
+    reports: dict[int, RankReport] = field(default_factory=dict)
+    signals: dict[str, list[tuple[str, Hit]]] = field(default_factory=dict)
+    world: int | None = None
+
+    def rank(self, rank: int) -> RankReport:
+        if rank not in self.reports:
+            self.reports[rank] = RankReport(rank)
+        return self.reports[rank]
+
+    def signal(self, name: str, file: str, hit: Hit) -> None:
+        found = self.signals.setdefault(name, [])
+        if len(found) < 6 and all(h.line_no != hit.line_no or f != file for f, h in found):
+            found.append((file, hit))
 
 
-def _is_timeout(text: str) -> bool:
-    return any(w in text for w in _TIMEOUT_WORDS)
-
-
-def analyze_ranks(scans, patterns: PatternSet, flight=None) -> tuple[list[RankReport], list[str]]:
-    """Per-rank reports (sorted by rank) and verdict sentences; empty when the logs name no ranks."""
-    from gpudoctor.engine.lines import parse_prefix
-    from gpudoctor.engine.structure import parse_watchdog
-
-    by_index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
-    reports: dict[int, RankReport] = {}
-    world = None
-
-    def report(rank: int) -> RankReport:
-        if rank not in reports:
-            reports[rank] = RankReport(rank)
-        return reports[rank]
-
+def analyze_ranks(scans, patterns: PatternSet, flight=None):
+    """(per-rank reports sorted by rank, verdict sentences, derived signals name -> [(file, Hit)])."""
+    index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
+    state = _State()
+    per_rank_files = len(scans) > 1  # a rank in a file name means something only among several files
     for source, scan in scans:
-        hint = source.rank_hint
-        if hint is None and source.local_rank_hint is not None:
-            hint = source.local_rank_hint
-        # NCCL's "rank 3 nranks 8 ... Init COMPLETE" names the rank of a per-process debug file
-        init_hits = scan.hits.get(by_index["init-complete"])
-        if init_hits:
-            for hit in init_hits.all():
-                m = _INIT_RANK.search(hit.text)
-                if m:
-                    world = max(world or 0, int(m.group(2)))
-                    rank = _rank_of(hit.text, None)
-                    rank = int(m.group(1)) if rank is None else rank
-                    if hint is None and len({_INIT_RANK.search(h.text).group(1) for h in init_hits.all() if _INIT_RANK.search(h.text)}) == 1:
-                        hint = rank
-                    report(rank).init_complete = True
-        seen_here: set[int] = set()
-        for name in ("watchdog", "gloo-timeout", "exception", "signal", "nccl-warn", "mismatch"):
-            hits = scan.hits.get(by_index[name])
-            if not hits:
-                continue
-            for hit in hits.all():
-                rank = _rank_of(hit.text, hint)
-                if rank is None:
-                    continue
-                seen_here.add(rank)
-                r = report(rank)
-                body = parse_prefix(hit.text).body
-                if name == "watchdog":
-                    wd = parse_watchdog(body)
-                    if wd is not None:
-                        if wd.last_enqueued is not None:
-                            r.last_enqueued = max(r.last_enqueued or 0, wd.last_enqueued)
-                        if wd.last_completed is not None:
-                            r.last_completed = max(r.last_completed or 0, wd.last_completed)
-                        if wd.seq is not None and r.timed_out_in is None:
-                            r.timed_out_in = f"{wd.op_type or 'collective'} #{wd.seq}"
-                            if r.last_completed is None:
-                                r.last_completed = wd.seq - 1
-                if name in ("exception", "signal", "watchdog", "gloo-timeout", "mismatch") and r.first_error is None:
-                    r.first_error = Evidence(scan.name, hit.line_no, hit.text, name)
-                    r.error_kind = "timeout" if name in ("watchdog", "gloo-timeout") or _is_timeout(body) else "crash"
-        if hint is not None:
-            seen_here.add(hint)
-        for rank in seen_here:
-            r = report(rank)
-            if scan.name not in r.sources:
-                r.sources.append(scan.name)
-        # the last line of a per-rank file is that rank's last word
-        if hint is not None and scan.tail:
-            line_no, text = scan.tail[-1]
-            r = report(hint)
-            r.last_line = Evidence(scan.name, line_no, text, "last-line")
-            r.last_time = parse_prefix(text).timestamp
-        elif scan.tail:
-            for line_no, text in scan.tail:
-                rank = _rank_of(text, None)
-                if rank is not None and rank in reports:
-                    reports[rank].last_line = Evidence(scan.name, line_no, text, "last-line")
-                    reports[rank].last_time = parse_prefix(text).timestamp
-
+        _read_source(state, source, scan, index, per_rank_files)
     if flight is not None:
-        _merge_flight(reports, flight)
-    if world:
-        for rank in range(world):
-            if rank not in reports and len(reports) > 1:
-                reports[rank] = RankReport(rank, status="missing")
-    if len(reports) < 2 and not any(r.first_error for r in reports.values()):
-        return sorted(reports.values(), key=lambda r: r.rank), []
-    verdict = _judge(reports, world)
-    return sorted(reports.values(), key=lambda r: r.rank), verdict
+        _merge_flight(state.reports, flight)
+    if state.world and len(state.reports) > 1:
+        for rank in range(state.world):
+            if rank not in state.reports:
+                state.reports[rank] = RankReport(rank, status="missing")
+    _derive(state)
+    reports = state.reports
+    verdict = _judge(reports, state.world) if (len(reports) > 1 or any(r.first_error for r in reports.values())) else []
+    return sorted(reports.values(), key=lambda r: r.rank), verdict, state.signals
+
+
+def _hint(source, per_rank_files: bool) -> int | None:
+    if not per_rank_files:
+        return None
+    if source.rank_hint is not None:
+        return source.rank_hint
+    return source.local_rank_hint
+
+
+def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_files: bool) -> None:
+    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.structure import parse_tracebacks, parse_watchdog
+
+    hint = _hint(source, per_rank_files)
+    init_hits = scan.hits.get(index["init-complete"])
+    if init_hits:
+        named = set()
+        for hit in init_hits.all():
+            m = _INIT_RANK.search(hit.text)
+            if not m:
+                continue
+            state.world = max(state.world or 0, int(m.group(2)))
+            prefix_rank = parse_prefix(hit.text).rank
+            rank = prefix_rank if prefix_rank is not None else int(m.group(1))
+            named.add(rank)
+            state.rank(rank).init_complete = True
+        if hint is None and len(named) == 1:
+            hint = named.pop()  # a per-process NCCL_DEBUG_FILE names its rank this way
+    seen: set[int] = set()
+
+    def rank_of(text: str) -> int | None:
+        rank = parse_prefix(text).rank
+        return hint if rank is None else rank
+
+    # tracebacks first: they say what each rank raised and where it was blocked
+    for opener, line_no, lines in scan.windows:
+        if opener != "traceback":
+            continue
+        for tb in parse_tracebacks(lines):
+            rank = tb.rank if tb.rank is not None else hint
+            if rank is None or not tb.exc_type or tb.exc_type.rsplit(".", 1)[-1] in _LAUNCHER_ERRORS:
+                continue
+            seen.add(rank)
+            r = state.rank(rank)
+            text = f"{tb.exc_type}: {tb.message}".strip()
+            exc_line = line_no + max(0, tb.end - 1)
+            hit = Hit(exc_line, lines[tb.end - 1] if 0 < tb.end <= len(lines) else text)
+            _record_error(state, r, scan.name, hit, text)
+            blocked, caller = _blocked_in(tb)
+            if blocked and r.blocked_in is None:
+                r.blocked_in = blocked
+                if caller is not None:
+                    r.blocked_from = Evidence(scan.name, line_no, f"{caller.file}:{caller.line} in {caller.function}", "frame")
+    for name in ("watchdog", "gloo-timeout", "exception", "signal", "lost-peer", "mismatch", "nccl-warn"):
+        hits = scan.hits.get(index[name])
+        if not hits:
+            continue
+        for hit in hits.all():
+            kind = "timeout" if name in ("watchdog", "gloo-timeout") else classify(hit.text)
+            if name in ("watchdog", "gloo-timeout"):
+                state.signal("collective-timeout", scan.name, hit)
+            elif kind == "lost-peer" and name in ("lost-peer", "exception"):
+                state.signal("lost-peer", scan.name, hit)
+            rank = rank_of(hit.text)
+            if rank is None:
+                continue
+            seen.add(rank)
+            r = state.rank(rank)
+            if name == "watchdog":
+                wd = parse_watchdog(parse_prefix(hit.text).body)
+                if wd is not None:
+                    if wd.last_enqueued is not None:
+                        r.last_enqueued = max(r.last_enqueued or 0, wd.last_enqueued)
+                    if wd.last_completed is not None:
+                        r.last_completed = max(r.last_completed or 0, wd.last_completed)
+                    if wd.seq is not None and r.timed_out_in is None:
+                        r.timed_out_in = f"{wd.op_type or 'collective'} #{wd.seq}"
+                        if r.last_completed is None:
+                            r.last_completed = wd.seq - 1
+            if name == "exception" and any(e in hit.text for e in _LAUNCHER_ERRORS):
+                continue
+            if name in ("exception", "watchdog", "gloo-timeout", "signal", "mismatch"):
+                _record_error(state, r, scan.name, hit, hit.text)
+    if hint is not None:
+        seen.add(hint)
+    for rank in seen:
+        r = state.rank(rank)
+        if scan.name not in r.sources:
+            r.sources.append(scan.name)
+    for line_no, text in scan.tail:
+        rank = rank_of(text) if hint is None else hint
+        if rank is not None and rank in state.reports:
+            r = state.reports[rank]
+            r.last_line = Evidence(scan.name, line_no, text, "last-line")
+            r.last_time = parse_prefix(text).timestamp or r.last_time
+
+
+def _record_error(state: _State, r: RankReport, file: str, hit: Hit, text: str) -> None:
+    from gpudoctor.engine.lines import parse_prefix
+
+    kind = classify(text)
+    if kind == "timeout":
+        state.signal("collective-timeout", file, hit)
+    elif kind == "lost-peer":
+        state.signal("lost-peer", file, hit)
+    prefix = parse_prefix(hit.text)
+    when = prefix.epoch_s if prefix.epoch_s is not None else prefix.day_s
+    # a rank's own crash outranks the timeouts and lost peers it then reports
+    better = r.first_error is None or (kind == "crash" and r.error_kind != "crash")
+    if better:
+        r.first_error = Evidence(file, hit.line_no, hit.text, kind)
+        r.error_kind = kind
+        r._first_epoch = when
+
+
+def _blocked_in(tb):
+    """The collective (or DDP backward) a traceback ends in, and the last user frame that called it."""
+    blocked, caller = None, None
+    for frame in tb.frames:
+        fn = frame.function or ""
+        if frame.is_user:
+            caller = frame
+            if frame.source and re.search(r"\.backward\(", frame.source):
+                blocked = "backward"
+        elif fn in _COLLECTIVES and "distributed" in frame.file:
+            blocked = fn
+            break
+        elif fn in ("run_backward", "_engine_run_backward") and blocked is None:
+            blocked = "backward"
+    return blocked, caller
+
+
+def _derive(state: _State) -> None:
+    reports = state.reports.values()
+    waiting = [r for r in reports if r.error_kind in ("timeout", "lost-peer", "desync")]
+    crashed = [r for r in reports if r.error_kind == "crash"]
+    if crashed and (waiting or state.signals.get("collective-timeout") or state.signals.get("lost-peer")):
+        first = _earliest(crashed)
+        state.signal("rank-failed-first", first.first_error.file, Hit(first.first_error.line, first.first_error.text))
+    blocked = {}
+    for r in reports:
+        if r.blocked_in and r.error_kind in ("timeout", "lost-peer", "desync", None):
+            blocked.setdefault(r.blocked_in, []).append(r)
+    if len(blocked) > 1:
+        for name, ranks in blocked.items():
+            ev = ranks[0].first_error
+            if ev is not None:
+                state.signal("ranks-in-different-collectives", ev.file, Hit(ev.line, ev.text))
+        smallest = min(blocked.values(), key=len)
+        for r in smallest:
+            caller = r.blocked_from
+            if caller is not None and _GATED_FUNCTION.search(caller.text.rsplit(" in ", 1)[-1]):
+                ev = r.first_error
+                state.signal("collective-in-gated-path", ev.file, Hit(ev.line, f"{ev.text.strip()}  [{r.blocked_in} called from {caller.text}]"))
+
+
+def _earliest(ranks: list[RankReport]) -> RankReport:
+    timed = [r for r in ranks if r._first_epoch is not None]
+    if timed:
+        return min(timed, key=lambda r: r._first_epoch)
+    return min(ranks, key=lambda r: (r.first_error.file, r.first_error.line))
 
 
 def _merge_flight(reports: dict[int, RankReport], flight) -> None:
-    for rank, state in getattr(flight, "per_rank", {}).items() if isinstance(getattr(flight, "per_rank", None), dict) else []:
+    for progress in getattr(flight, "progress", ()) or ():
+        rank = getattr(progress, "rank", None)
+        if rank is None:
+            continue
         r = reports.setdefault(rank, RankReport(rank))
-        enq = getattr(state, "last_enqueued", None)
-        done = getattr(state, "last_completed", None)
-        if enq is not None:
-            r.last_enqueued = max(r.last_enqueued or 0, enq)
-        if done is not None:
-            r.last_completed = max(r.last_completed or 0, done)
+        for attr, mine in (("last_enqueued", "last_enqueued"), ("last_completed", "last_completed")):
+            value = getattr(progress, attr, None)
+            if isinstance(value, int):
+                setattr(r, mine, max(getattr(r, mine) or 0, value))
 
 
 def _judge(reports: dict[int, RankReport], world: int | None) -> list[str]:
     verdict: list[str] = []
     crashed = [r for r in reports.values() if r.error_kind == "crash"]
-    waiting = [r for r in reports.values() if r.error_kind == "timeout"]
+    waiting = sorted((r for r in reports.values() if r.error_kind in ("timeout", "lost-peer")), key=lambda r: r.rank)
+    desync = sorted((r for r in reports.values() if r.error_kind == "desync"), key=lambda r: r.rank)
     for r in crashed:
         r.status = "died"
     for r in waiting:
-        r.status = "waiting"
+        r.status = "waiting" if r.error_kind == "timeout" else "lost-peer"
+    for r in desync:
+        r.status = "desync"
+    if desync:
+        verdict.append(f"rank{'s' if len(desync) > 1 else ''} {_ranges([r.rank for r in desync])} reported mismatched "
+                       f"collectives: {_one_line(desync[0].first_error.text, 120)}")
     if crashed:
-        first = min(crashed, key=lambda r: (r.first_error.file, r.first_error.line) if r.last_time is None else (0, 0))
-        ordered = sorted(crashed, key=lambda r: r.rank)
-        names = ", ".join(str(r.rank) for r in ordered)
-        what = first.first_error.text.strip()
-        verdict.append(f"rank {first.rank} failed first: {what[:160]}" if len(crashed) == 1
-                       else f"ranks {names} failed; first seen: rank {first.rank}: {what[:140]}")
+        first = _earliest(crashed)
+        what = _one_line(first.first_error.text)
+        verdict.append(f"rank {first.rank} failed first: {what}")
+        if len(crashed) > 1:
+            verdict.append("ranks " + _ranges(sorted(r.rank for r in crashed)) + " raised errors of their own")
         if waiting:
-            verdict.append("ranks " + ", ".join(str(r.rank) for r in sorted(waiting, key=lambda r: r.rank))
-                           + " then timed out waiting for it: the timeout is a consequence, not the cause")
+            verdict.append(f"ranks {_ranges([r.rank for r in waiting])} then timed out or lost their peer: "
+                           "a consequence, not the cause")
+    blocked = {}
+    for r in reports.values():
+        if r.blocked_in and r.error_kind != "crash":
+            blocked.setdefault(r.blocked_in, []).append(r.rank)
+    if len(blocked) > 1:
+        parts = [f"rank{'s' if len(v) > 1 else ''} {_ranges(sorted(v))} in {k}" for k, v in sorted(blocked.items(), key=lambda kv: min(kv[1]))]
+        verdict.append("ranks were blocked in different collectives: " + "; ".join(parts))
     completed = {r.rank: r.last_completed for r in reports.values() if r.last_completed is not None}
     if len(completed) >= 2 and len(set(completed.values())) > 1:
-        low = min(completed.values())
-        high = max(completed.values())
+        low, high = min(completed.values()), max(completed.values())
         behind = sorted(rank for rank, c in completed.items() if c == low)
         for rank in behind:
-            if reports[rank].status == "ok":
+            if reports[rank].status in ("ok", "waiting"):
                 reports[rank].status = "behind"
-        verdict.append(f"rank{'s' if len(behind) > 1 else ''} {', '.join(map(str, behind))} fell behind: "
+        verdict.append(f"rank{'s' if len(behind) > 1 else ''} {_ranges(behind)} fell behind: "
                        f"last completed collective #{low} while others reached #{high}")
-    inited = [r for r in reports.values() if r.init_complete]
-    if inited:
+    if any(r.init_complete for r in reports.values()):
         never = sorted(r.rank for r in reports.values() if not r.init_complete and r.sources)
         for rank in never:
             reports[rank].init_complete = False
             if reports[rank].status == "ok":
                 reports[rank].status = "no-init"
         if never:
-            verdict.append(f"rank{'s' if len(never) > 1 else ''} {', '.join(map(str, never))} never printed NCCL Init COMPLETE")
+            verdict.append(f"rank{'s' if len(never) > 1 else ''} {_ranges(never)} never printed NCCL Init COMPLETE")
     missing = sorted(r.rank for r in reports.values() if r.status == "missing")
     if missing:
         verdict.append(f"no log line from rank{'s' if len(missing) > 1 else ''} {_ranges(missing)} "
                        f"(world size {world}): those logs may be missing, or the ranks never started")
     if waiting and not crashed:
-        silent = sorted(r.rank for r in reports.values() if r.error_kind is None and r.status not in ("missing",))
+        silent = sorted(r.rank for r in reports.values() if r.error_kind is None and r.status not in ("missing", "no-init"))
         if silent:
-            verdict.append(f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} printed no timeout "
-                           "while the others did: the likeliest to have hung or died silently")
+            verdict.append(f"rank{'s' if len(silent) > 1 else ''} {_ranges(silent)} printed no error "
+                           "while the others timed out: the likeliest to have hung or died silently")
     return verdict
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    from gpudoctor.engine.lines import parse_prefix
+
+    body = " ".join(parse_prefix(text).body.split())
+    return body if len(body) <= limit else body[: limit - 1] + "…"
 
 
 def _ranges(ranks: list[int]) -> str:

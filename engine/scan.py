@@ -12,7 +12,7 @@ MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounde
 MAX_TEXT = 4096  # characters of a matched line kept as evidence (around the match)
 KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
 WINDOW_LINES = 60  # lines kept after a traceback or a root-cause header
-MAX_WINDOWS = 12
+MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
 
 _ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor.kb.model import (
+    DERIVED_SIGNALS,
     SECTIONS,
     Entry,
     FixAction,
@@ -193,7 +194,7 @@ def _reference(c: _Checker, raw: Any, i: int) -> Reference:
 def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
     out: list[Signature] = []
     seen: set[str] = set()
-    allowed = {"id", "regex", "literal", "weight", "needs", "context", "ignore_case"}
+    allowed = {"id", "regex", "literal", "derived", "weight", "needs", "context", "ignore_case"}
     for i, item in enumerate(c.items(raw, "signatures")):
         where = f"signatures[{i}]"
         item = c.mapping(item, where, allowed, ("id", "weight"))
@@ -203,23 +204,30 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
         if sig_id in seen:
             raise c.fail(f"{where}.id", f"duplicate signature id {sig_id!r}")
         seen.add(sig_id)
-        has_regex, has_literal = item.get("regex") is not None, item.get("literal") is not None
-        if has_regex == has_literal:
-            raise c.fail(where, "give exactly one of 'regex' or 'literal'")
-        literal = c.text(item["literal"], f"{where}.literal") if has_literal else None
-        pattern = re.escape(literal) if literal is not None else c.text(item["regex"], f"{where}.regex")
+        kinds = [k for k in ("regex", "literal", "derived") if item.get(k) is not None]
+        if len(kinds) != 1:
+            raise c.fail(where, "give exactly one of 'regex', 'literal' or 'derived'")
         ignore_case = item.get("ignore_case", False)
         if not isinstance(ignore_case, bool):
             raise c.fail(f"{where}.ignore_case", "expected true or false")
-        try:
-            re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-        except re.error as exc:
-            raise c.fail(f"{where}.regex", f"invalid regular expression: {exc}") from None
-        from gpudoctor.kb.literals import MIN_LITERAL, required_literals
+        literal = derived = None
+        if kinds[0] == "derived":
+            derived = c.text(item["derived"], f"{where}.derived")
+            if derived not in DERIVED_SIGNALS:
+                raise c.fail(f"{where}.derived", f"unknown signal {derived!r} (known: {', '.join(DERIVED_SIGNALS)})")
+            pattern = ""
+        else:
+            literal = c.text(item["literal"], f"{where}.literal") if kinds[0] == "literal" else None
+            pattern = re.escape(literal) if literal is not None else c.text(item["regex"], f"{where}.regex")
+            try:
+                re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+            except re.error as exc:
+                raise c.fail(f"{where}.regex", f"invalid regular expression: {exc}") from None
+            from gpudoctor.kb.literals import MIN_LITERAL, required_literals
 
-        if not required_literals(pattern, ignore_case):
-            raise c.fail(f"{where}.regex", f"needs a literal run of {MIN_LITERAL}+ characters that every match contains "
-                         "(the fast prefilter looks for it)")
+            if not required_literals(pattern, ignore_case):
+                raise c.fail(f"{where}.regex", f"needs a literal run of {MIN_LITERAL}+ characters that every "
+                             "match contains (the fast prefilter looks for it)")
         weight = item["weight"]
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
             raise c.fail(f"{where}.weight", f"expected a number in (0, 1], got {weight!r}")
@@ -232,6 +240,7 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
                 pattern=pattern,
                 weight=float(weight),
                 literal=literal,
+                derived=derived,
                 needs=c.texts(item.get("needs"), f"{where}.needs"),
                 context=context,
                 ignore_case=ignore_case,

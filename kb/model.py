@@ -5,6 +5,16 @@ from dataclasses import dataclass, field
 
 SECTIONS = ("launchers", "ddp", "fsdp", "deepspeed", "hangs", "multinode", "pitfalls", "guides", "user")
 
+# Signals the diagnosis engine derives from the whole set of logs rather than from one line;
+# a signature may name one with `derived:` instead of a regex or literal.
+DERIVED_SIGNALS = {
+    "collective-timeout": "a collective timed out (NCCL watchdog, gloo recv/send timeout)",
+    "lost-peer": "a rank lost its peer: connection closed or reset, communicator aborted",
+    "rank-failed-first": "one rank raised its own error while others timed out or lost their peer",
+    "ranks-in-different-collectives": "ranks were blocked in different collectives when they failed",
+    "collective-in-gated-path": "the odd rank out was blocked in a collective called from a save/eval/log function",
+}
+
 SECTION_TITLES = {
     "launchers": "Launchers & env",
     "ddp": "DDP",
@@ -50,9 +60,10 @@ class Signature:
     """One log pattern that betrays an entry."""
 
     id: str
-    pattern: str  # a regular expression; literals are escaped on load
+    pattern: str  # a regular expression; literals are escaped on load; "" for a derived signal
     weight: float
     literal: str | None = None  # set when the YAML gave a literal
+    derived: str | None = None  # a name from DERIVED_SIGNALS instead of a pattern
     needs: tuple[str, ...] = ()
     context: bool = False
     ignore_case: bool = False
@@ -115,7 +126,8 @@ def entry_to_dict(entry: Entry) -> dict:
         "error_strings": list(entry.error_strings),
         "keywords": list(entry.keywords),
         "signatures": [
-            {"id": s.id, **({"literal": s.literal} if s.literal is not None else {"regex": s.pattern}),
+            {"id": s.id, **({"derived": s.derived} if s.derived else {"literal": s.literal} if s.literal is not None
+                            else {"regex": s.pattern}),
              "weight": s.weight, "needs": list(s.needs), "context": s.context}
             for s in entry.signatures
         ],
