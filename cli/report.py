@@ -63,10 +63,16 @@ def to_json(diagnosis) -> dict:
 
 
 def _inputs_line(diagnosis) -> str:
+    import os
+
     logs = [i for i in diagnosis.inputs if i.kind == "log"]
-    names = ", ".join(i.name for i in diagnosis.inputs[:3]) + (", ..." if len(diagnosis.inputs) > 3 else "")
     lines = sum(i.lines for i in logs)
-    return f"{names} ({len(diagnosis.inputs)} input{'s' * (len(diagnosis.inputs) != 1)}, {lines:,} lines)"
+    if len(diagnosis.inputs) == 1:
+        return f"{diagnosis.inputs[0].name} ({lines:,} lines)"
+    names = [i.name for i in diagnosis.inputs]
+    common = os.path.commonpath(names) if all(n.startswith("/") == names[0].startswith("/") for n in names) else ""
+    where = f"{common}/" if common else ", ".join(names[:2]) + ", ..."
+    return f"{len(names)} files in {where} ({lines:,} lines)"
 
 
 def render_text(diagnosis, out: Out, catalog=None) -> None:
@@ -85,10 +91,9 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
         out.write(f"{out.style(label, 'id')} {title}{' ' * max(1, w - len(label) - len(title) - len(score) - 1)}{score}")
         if f.consequence_of:
             out.write("    " + out.style(f"likely a consequence of {', '.join(f.consequence_of)}, not the cause", "yellow"))
+        single = len(diagnosis.inputs) == 1
         for e in f.evidence:
-            loc = f"{_short(e.file)}:{e.line}"
-            text = sanitize(e.text).strip()
-            out.write("    " + out.style(loc, "dim") + " " + fit(text, max(20, w - 5 - len(loc))))
+            _evidence(out, e, single, w)
         for ln in _wrap("fix: " + f.fix, w - 4):
             out.write("    " + ln)
         if f.probes:
@@ -97,15 +102,15 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
     if diagnosis.ranks:
         out.write("")
         out.write(out.style("Ranks", "bold"))
-        out.write(out.style(f"  {'RANK':<5} {'STATUS':<8} {'DONE/ENQ':<9} {'INIT':<4} FIRST ERROR / LAST LINE", "dim"))
+        out.write(out.style(f"  {'RANK':<5} {'STATUS':<9} {'DONE/ENQ':<9} {'INIT':<4} FIRST ERROR / LAST LINE", "dim"))
         for r in diagnosis.ranks[:64]:
             seq = f"{_n(r.last_completed)}/{_n(r.last_enqueued)}"
             init = {True: "yes", False: "no", None: "-"}[r.init_complete]
             e = r.first_error or r.last_line
-            where = f"{_short(e.file)}:{e.line} {sanitize(e.text).strip()}" if e else ""
+            where = f"{_where(e, len(diagnosis.inputs) == 1)} {_body(e.text)}" if e else ""
             style = {"died": "fail", "behind": "yellow", "no-init": "yellow", "missing": "dim"}.get(r.status)
-            status = out.style(f"{r.status:<8}", style) if style else f"{r.status:<8}"
-            out.write(f"  {r.rank:<5} {status} {seq:<9} {init:<4} {fit(where, max(10, w - 32))}")
+            status = out.style(f"{r.status:<9}", style) if style else f"{r.status:<9}"
+            out.write(f"  {r.rank:<5} {status} {seq:<9} {init:<4} {fit(where, max(10, w - 33))}")
         if len(diagnosis.ranks) > 64:
             out.write(out.style(f"  ... {len(diagnosis.ranks) - 64} more ranks (--json lists all)", "dim"))
     if diagnosis.flight is not None and getattr(diagnosis.flight, "summary", None):
@@ -153,6 +158,31 @@ def render_markdown(diagnosis) -> str:
     if diagnosis.verdict:
         lines += ["### Which rank?", ""] + [f"- {redact(sanitize(v))}" for v in diagnosis.verdict] + [""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _where(e, single_input: bool) -> str:
+    return f"line {e.line}" if single_input else f"{_short(e.file.rsplit('/', 1)[-1])}:{e.line}"
+
+
+def _body(text: str) -> str:
+    """A log line without its prefixes, on one line, safe to print."""
+    from gpudoctor.engine.lines import parse_prefix
+
+    return " ".join(sanitize(parse_prefix(text).body).split())
+
+
+def _evidence(out: Out, e, single_input: bool, width: int) -> None:
+    """One evidence line, located and wrapped to at most two terminal lines."""
+    import textwrap
+
+    loc = _where(e, single_input)
+    text = " ".join(sanitize(e.text).split())
+    room = max(20, width - 4 - len(loc) - 2)
+    parts = textwrap.wrap(text, room, break_on_hyphens=False) or [""]
+    out.write("    " + out.style(loc, "dim") + "  " + parts[0])
+    if len(parts) > 1:
+        rest = " ".join(parts[1:])
+        out.write(" " * (4 + len(loc) + 2) + fit(rest, room))
 
 
 def _n(value) -> str:

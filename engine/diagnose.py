@@ -95,6 +95,10 @@ def diagnose(
         flight_report = analyze(dumps)
     ranks, verdict, signals = analyze_ranks(scans, patterns, flight_report)
     entries = {e.id: e for e in catalog}
+    explained = {(f, h.line_no) for sigs in matched.values() for sh in sigs.values() for f, h in sh.lines}
+    if all((f, h.line_no) in explained for f, h in signals.get("rank-failed-first", [])):
+        # the rank that failed first failed for a reason an entry already names (D8, D1, ...)
+        signals.pop("rank-failed-first", None)
     for entry in entries.values():
         for sig in entry.signatures:
             if sig.derived and signals.get(sig.derived):

@@ -139,14 +139,17 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             seen.add(rank)
             r = state.rank(rank)
             text = f"{tb.exc_type}: {tb.message}".strip()
-            exc_line = line_no + max(0, tb.end - 1)
-            hit = Hit(exc_line, lines[tb.end - 1] if 0 < tb.end <= len(lines) else text)
+            at = _find_line(lines, tb.start, tb.end, tb.exc_type.rsplit(".", 1)[-1] + ":")
+            hit = Hit(line_no + at, lines[at]) if at is not None else Hit(line_no + tb.start, text)
             _record_error(state, r, scan.name, hit, text)
             blocked, caller = _blocked_in(tb)
             if blocked and r.blocked_in is None:
                 r.blocked_in = blocked
                 if caller is not None:
-                    r.blocked_from = Evidence(scan.name, line_no, f"{caller.file}:{caller.line} in {caller.function}", "frame")
+                    at = _find_line(lines, tb.start, tb.end, f"line {caller.line}, in {caller.function}")
+                    r.blocked_from = Evidence(scan.name, line_no + (at if at is not None else tb.start),
+                                              lines[at] if at is not None else caller.file,
+                                              f"{caller.function}")
     for name in ("watchdog", "gloo-timeout", "exception", "signal", "lost-peer", "mismatch", "nccl-warn"):
         hits = scan.hits.get(index[name])
         if not hits:
@@ -189,6 +192,14 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             r = state.reports[rank]
             r.last_line = Evidence(scan.name, line_no, text, "last-line")
             r.last_time = parse_prefix(text).timestamp or r.last_time
+
+
+def _find_line(lines: list[str], start: int, end: int, needle: str) -> int | None:
+    """Index of the last line in lines[start:end] that contains needle."""
+    for i in range(min(end, len(lines)) - 1, max(start, 0) - 1, -1):
+        if needle in lines[i]:
+            return i
+    return None
 
 
 def _record_error(state: _State, r: RankReport, file: str, hit: Hit, text: str) -> None:
@@ -245,9 +256,8 @@ def _derive(state: _State) -> None:
         smallest = min(blocked.values(), key=len)
         for r in smallest:
             caller = r.blocked_from
-            if caller is not None and _GATED_FUNCTION.search(caller.text.rsplit(" in ", 1)[-1]):
-                ev = r.first_error
-                state.signal("collective-in-gated-path", ev.file, Hit(ev.line, f"{ev.text.strip()}  [{r.blocked_in} called from {caller.text}]"))
+            if caller is not None and _GATED_FUNCTION.search(caller.signature or ""):
+                state.signal("collective-in-gated-path", caller.file, Hit(caller.line, caller.text))
 
 
 def _earliest(ranks: list[RankReport]) -> RankReport:
@@ -288,10 +298,11 @@ def _judge(reports: dict[int, RankReport], world: int | None) -> list[str]:
         what = _one_line(first.first_error.text)
         verdict.append(f"rank {first.rank} failed first: {what}")
         if len(crashed) > 1:
-            verdict.append("ranks " + _ranges(sorted(r.rank for r in crashed)) + " raised errors of their own")
+            verdict.append("ranks " + _ranges(sorted(r.rank for r in crashed)) + " all raised errors of their own")
         if waiting:
-            verdict.append(f"ranks {_ranges([r.rank for r in waiting])} then timed out or lost their peer: "
-                           "a consequence, not the cause")
+            many = len(waiting) > 1
+            verdict.append(f"rank{'s' if many else ''} {_ranges([r.rank for r in waiting])} then timed out or lost "
+                           f"{'their peers' if many else 'its peer'}: a consequence, not the cause")
     blocked = {}
     for r in reports.values():
         if r.blocked_in and r.error_kind != "crash":

@@ -115,9 +115,17 @@ class Scanner:
         self._tail(block, first_line, newlines, result)
         return newlines
 
-    def _candidates(self, block: bytes) -> dict[int, set[int]]:
-        """Line start offset -> indexes of patterns that may match that line."""
-        found: dict[int, set[int]] = {}
+    def _candidates(self, block: bytes) -> dict[int, tuple[set[int], int]]:
+        """Line start offset -> (indexes of patterns that may match that line, offset of one match)."""
+        found: dict[int, tuple[set[int], int]] = {}
+
+        def add(start: int, indexes, at: int) -> None:
+            entry = found.get(start)
+            if entry is None:
+                found[start] = (set(indexes), at)
+            else:
+                entry[0].update(indexes)
+
         if self.db is not None:
             ends: list[tuple[int, int]] = []
 
@@ -127,7 +135,7 @@ class Scanner:
             self.db.scan(block, match_event_handler=on_match)
             for end, index in ends:
                 start = block.rfind(b"\n", 0, max(end - 1, 0)) + 1 if end else 0
-                found.setdefault(start, set()).add(index)
+                add(start, (index,), end)
             return found
         for table, haystack in ((self._exact, block), (self._folded, block.lower() if self._folded else b"")):
             for literal, indexes in table:
@@ -135,7 +143,7 @@ class Scanner:
                 pos = haystack.find(needle)
                 while pos >= 0:
                     start = haystack.rfind(b"\n", 0, pos) + 1
-                    found.setdefault(start, set()).update(indexes)
+                    add(start, indexes, pos + len(needle))
                     nl = haystack.find(b"\n", pos)
                     if nl < 0:
                         break
@@ -143,12 +151,13 @@ class Scanner:
         if self._bare:  # patterns without a literal (none in the shipped catalogue): every line
             start = 0
             while start < len(block):
-                found.setdefault(start, set()).update(self._bare)
+                add(start, self._bare, start)
                 nl = block.find(b"\n", start)
                 start = len(block) if nl < 0 else nl + 1
         return found
 
-    def _verify(self, block: bytes, first_line: int, candidates: dict[int, set[int]], result: SourceScan) -> None:
+    def _verify(self, block: bytes, first_line: int, candidates: dict[int, tuple[set[int], int]],
+                result: SourceScan) -> None:
         from gpudoctor.engine.lines import parse_prefix
 
         compiled, patterns = self.patterns.compiled, self.patterns.patterns
@@ -159,12 +168,15 @@ class Scanner:
             counted_to = start
             end = block.find(b"\n", start)
             end = len(block) if end < 0 else end
-            raw = block[start:end]
-            if len(raw) > MAX_TEXT * 4:  # keep the head of a giant line; patterns still saw all of it
-                raw = raw[: MAX_TEXT * 2]
+            indexes, at = candidates[start]
+            if end - start > MAX_TEXT * 2:  # a giant line: keep the stretch around the match
+                lo = max(start, at - MAX_TEXT)
+                raw = block[lo : min(end, at + MAX_TEXT)]
+            else:
+                raw = block[start:end]
             text = _decode(raw).rstrip("\r")
             body = parse_prefix(text).body
-            matched = [i for i in candidates[start] if compiled[i].search(body) or compiled[i].search(text)]
+            matched = [i for i in indexes if compiled[i].search(body) or compiled[i].search(text)]
             if not matched:
                 continue
             hit = Hit(line_no, text[:MAX_TEXT])

@@ -1,0 +1,108 @@
+"""`gpudoctor diagnose` through real pipes and files: exit codes, formats, bad input, terminal safety."""
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+PORT = (b"torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+        b"address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n")
+
+
+def test_stdin_pipe_names_the_cause(cli_proc):
+    r = cli_proc("diagnose", input=b"starting\n" + PORT)
+    assert r.code == 0, r.err
+    assert "D4" in r.out and "line 2" in r.out or ":2 " in r.out
+    assert "Traceback" not in r.err
+
+
+def test_dash_reads_stdin_and_json_follows_the_schema(cli_proc):
+    r = cli_proc("diagnose", "-", "--json", input=PORT)
+    assert r.code == 0
+    doc = json.loads(r.out)
+    assert doc["schema"] == "gpudoctor.diagnosis/1"
+    top = doc["findings"][0]
+    assert top["id"] == "D4" and 0 < top["score"] <= 1
+    assert top["evidence"][0] == {"file": "<stdin>", "line": 1, "text": PORT.decode().rstrip("\n"),
+                                  "signature": top["evidence"][0]["signature"]}
+    assert top["fix"] and isinstance(top["probes"], list)
+    assert isinstance(doc["ranks"], list)
+
+
+def test_nothing_known_exits_1_and_says_so(cli_proc):
+    r = cli_proc("diagnose", input=b"ModuleNotFoundError: No module named 'transformers'\n")
+    assert r.code == 1
+    assert "Nothing in the catalogue explains this log" in r.out
+    r = cli_proc("diagnose", "--json", input=b"all good\n")
+    assert r.code == 1 and json.loads(r.out)["findings"] == []
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["diagnose", "/no/such/file.log"], "/no/such/file.log: no such file or directory"),
+    (["diagnose", "--top", "0", "-"], "--top must be at least 1"),
+])
+def test_bad_input_is_a_clear_error(cli_proc, argv, message):
+    r = cli_proc(*argv, input=b"x\n")
+    assert r.code == 2
+    assert message in r.err
+    assert "Traceback" not in r.err
+
+
+def test_empty_stdin_is_an_input_error(cli_proc):
+    r = cli_proc("diagnose", input=b"")
+    assert r.code == 2 and "stdin was empty" in r.err
+
+
+def test_corrupt_gzip_names_the_file(cli_proc, tmp_path):
+    bad = tmp_path / "job.log.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    r = cli_proc("diagnose", str(bad))
+    assert r.code == 2 and str(bad) in r.err and "Traceback" not in r.err
+
+
+def test_truncated_gzip_reports_what_it_read(cli_proc, tmp_path):
+    data = gzip.compress(b"noise\n" * 2000 + PORT)
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(data[: len(data) - 12])
+    r = cli_proc("diagnose", str(path))
+    assert r.code in (0, 1, 2) and "Traceback" not in r.err
+
+
+def test_binary_junk_and_control_characters_never_reach_the_terminal(cli_proc):
+    junk = bytes(range(256)) * 4 + b"\n\x1b]0;pwned\x07\x1b[2J\x07\x08" + PORT
+    r = cli_proc("diagnose", input=junk, env={"NO_COLOR": "1", "COLUMNS": "200"})
+    assert r.code == 0
+    assert "\x1b" not in r.out and "\x07" not in r.out and "\x08" not in r.out
+    assert "\\x07\\x08torch.distributed.DistNetworkError" in r.out  # shown, escaped
+    doc = cli_proc("diagnose", "--json", input=junk)
+    assert "\\u001b" not in doc.out and "\\u0007" not in doc.out
+
+
+def test_no_color_means_no_escape_codes_and_color_forces_them(cli_proc):
+    plain = cli_proc("diagnose", input=PORT, env={"NO_COLOR": "1"})
+    assert "\x1b[" not in plain.out
+    forced = cli_proc("diagnose", "--color", input=PORT)
+    assert "\x1b[" in forced.out
+
+
+def test_markdown_redacts_secrets(cli_proc):
+    log = PORT + b"HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz123456 WANDB_API_KEY=0123456789abcdef0123\n" \
+                 b"export NCCL_SOCKET_IFNAME=eth0 password: hunter2hunter2\n"
+    r = cli_proc("diagnose", "--format", "markdown", input=log)
+    assert r.code == 0
+    assert "## gpudoctor diagnosis" in r.out
+    assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in r.out
+
+
+def test_output_fits_80_columns(cli_proc):
+    r = cli_proc("diagnose", str(LOGS / "D4"), env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert r.code == 0
+    assert max(len(line) for line in r.out.splitlines()) <= 80
+
+
+def test_help_documents_exit_codes(cli_proc):
+    r = cli_proc("diagnose", "--help")
+    assert r.code == 0 and "exit codes" in r.out

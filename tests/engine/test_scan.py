@@ -1,0 +1,142 @@
+"""The streaming scanner: any bytes, exact line numbers, constant memory, both engines agree."""
+from __future__ import annotations
+
+import gzip
+import io
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpudoctor.engine.scan as scan_mod
+from gpudoctor.engine.diagnose import diagnose, pattern_set
+from gpudoctor.engine.scan import Scanner
+from gpudoctor.engine.sources import resolve
+from gpudoctor.kb.catalog import load_catalog
+
+WATCHDOG = ("[rank3]:[E1122 01:58:03.026000 8038 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=57, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+            "Timeout(ms)=1800000) ran for 1800093 milliseconds before timing out.")
+PORT = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+NOISE = "node-1:123:456 [0] NCCL INFO Channel 00/32 :    0   1   2   3"
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog(use_cache=False)
+
+
+@pytest.fixture(scope="module")
+def patterns(catalog):
+    return pattern_set(catalog)
+
+
+def scan_bytes(patterns, data: bytes, hyperscan: bool = True):
+    return Scanner(patterns, use_hyperscan=hyperscan).scan(io.BytesIO(data), "<test>")
+
+
+def run(catalog, tmp_path, data: bytes, name: str = "x.log", hyperscan: bool = True):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return diagnose(catalog, resolve([str(path)]), use_hyperscan=hyperscan)
+
+
+def test_line_numbers_point_at_the_matched_lines(patterns):
+    lines = [NOISE] * 10 + [PORT] + [NOISE] * 5 + [WATCHDOG] + [NOISE]
+    result = scan_bytes(patterns, ("\n".join(lines) + "\n").encode())
+    assert result.lines == len(lines)
+    numbers = {h.line_no for hits in result.hits.values() for h in hits.all()}
+    assert {11, 17} <= numbers
+    for hits in result.hits.values():
+        for h in hits.all():
+            assert h.text == lines[h.line_no - 1]
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 4096])
+def test_chunk_boundaries_do_not_move_or_lose_lines(patterns, monkeypatch, chunk):
+    lines = [NOISE] * 50 + [PORT] + [NOISE] * 50 + [WATCHDOG]
+    data = ("\r\n".join(lines) + "\r\n").encode()
+    monkeypatch.setattr(scan_mod, "CHUNK", chunk)
+    result = scan_bytes(patterns, data)
+    assert result.lines == len(lines)
+    found = sorted({h.line_no for hits in result.hits.values() for h in hits.all()})
+    assert 51 in found and 102 in found
+    assert all(not h.text.endswith("\r") for hits in result.hits.values() for h in hits.all())
+
+
+def test_huge_single_line_is_scanned_in_bounded_pieces(patterns, monkeypatch):
+    monkeypatch.setattr(scan_mod, "CHUNK", 1 << 16)
+    monkeypatch.setattr(scan_mod, "MAX_LINE", 1 << 17)
+    big = b"x" * (1 << 20) + b" " + PORT.encode() + b" " + b"y" * (1 << 19)
+    result = scan_bytes(patterns, big + b"\n" + WATCHDOG.encode() + b"\n")
+    assert result.lines == 2
+    assert result.cut_lines == 1
+    found = {h.line_no for hits in result.hits.values() for h in hits.all()}
+    assert found == {1, 2}
+    assert all(len(h.text) <= scan_mod.MAX_TEXT for hits in result.hits.values() for h in hits.all())
+
+
+def test_ansi_colour_inside_an_error_does_not_hide_it(catalog, tmp_path):
+    coloured = b"\x1b[31mRuntimeError\x1b[0m: Expected to have \x1b[1mfinished reduction\x1b[0m in the prior iteration\n"
+    result = run(catalog, tmp_path, coloured)
+    assert result.findings[0].id == "D8"
+
+
+def test_empty_and_missing_final_newline(patterns):
+    assert scan_bytes(patterns, b"").lines == 0
+    assert scan_bytes(patterns, b"one line, no newline").lines == 1
+    assert scan_bytes(patterns, b"a\nb").lines == 2
+    assert scan_bytes(patterns, b"a\nb\n").lines == 2
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=3000))
+def test_arbitrary_bytes_never_raise_and_lines_exist(patterns, data):
+    for hyperscan in (True, False):
+        result = scan_bytes(patterns, data, hyperscan)
+        assert result.lines == (data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1))
+        for hits in result.hits.values():
+            for h in hits.all():
+                assert 1 <= h.line_no <= result.lines
+
+
+LINE = st.sampled_from([NOISE, PORT, WATCHDOG, "", "step 10 loss 0.5", "\x00\xff junk", "RuntimeError: boom",
+                        "Expected to have finished reduction in the prior iteration"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(LINE, max_size=40))
+def test_both_engines_give_the_same_hits(patterns, lines):
+    data = "\n".join(lines).encode("utf-8", "surrogateescape")
+    a = scan_bytes(patterns, data, True)
+    b = scan_bytes(patterns, data, False)
+    assert {i: [h.line_no for h in v.all()] for i, v in a.hits.items()} == {
+        i: [h.line_no for h in v.all()] for i, v in b.hits.items()
+    }
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=st.integers(0, 200), after=st.integers(0, 200), seed=st.integers(0, 3))
+def test_unrelated_noise_does_not_change_the_top_finding(catalog, tmp_path, before, after, seed):
+    noise = [NOISE, "epoch 3 step 120 loss 1.234", "INFO:root:saving metrics", "Downloading shards: 100%"]
+    core = [PORT] if seed % 2 else ["[rank1]: RuntimeError: Expected to have finished reduction in the prior iteration"]
+    lines = [noise[(i + seed) % 4] for i in range(before)] + core + [noise[i % 4] for i in range(after)]
+    result = run(catalog, tmp_path, ("\n".join(lines) + "\n").encode())
+    assert result.findings[0].id == ("D4" if seed % 2 else "D8")
+    ev = result.findings[0].evidence[0]
+    assert ev.line == before + 1
+
+
+def test_gzip_input_gives_the_same_findings(catalog, tmp_path):
+    data = ("\n".join([NOISE] * 100 + [PORT]) + "\n").encode()
+    plain = run(catalog, tmp_path, data, "a.log")
+    (tmp_path / "b.log.gz").write_bytes(gzip.compress(data))
+    packed = diagnose(catalog, resolve([str(tmp_path / "b.log.gz")]))
+    assert [f.id for f in plain.findings] == [f.id for f in packed.findings] == ["D4"]
+    assert plain.findings[0].evidence[0].line == packed.findings[0].evidence[0].line == 101
+
+
+def test_shipped_signatures_compile_under_hyperscan(patterns):
+    pytest.importorskip("hyperscan")
+    assert patterns.hyperscan() is not None
