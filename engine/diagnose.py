@@ -10,6 +10,7 @@ from gpudoctor.engine.scan import Scanner, SourceScan
 from gpudoctor.engine.sources import InputError, Source, open_source
 
 SCHEMA = "gpudoctor.diagnosis/1"
+HYPERSCAN_FROM_BYTES = 8 << 20
 
 
 @dataclass
@@ -57,7 +58,10 @@ def diagnose(
     from gpudoctor.engine.ranks import analyze_ranks
 
     patterns = pattern_set(catalog)
-    scanner = Scanner(patterns, use_hyperscan=use_hyperscan)
+    # for a few MB the literal prefilter is faster than loading hyperscan; stdin may be any size
+    known = [s.size for s in sources]
+    small = all(size is not None for size in known) and sum(known) < HYPERSCAN_FROM_BYTES
+    scanner = Scanner(patterns, use_hyperscan=use_hyperscan and not small)
     scans: list[tuple[Source, SourceScan]] = []
     inputs: list[InputSummary] = []
     dumps = []

@@ -44,9 +44,17 @@ class PatternSet:
 
     def __init__(self, patterns: list[Pattern]):
         self.patterns = patterns
-        self.compiled = [re.compile(p.regex, re.IGNORECASE if p.caseless else 0) for p in patterns]
+        self._compiled: list[re.Pattern | None] = [None] * len(patterns)
         self._hs = None
         self._hs_tried = False
+
+    def regex(self, index: int) -> re.Pattern:
+        """The Python regex of one pattern, compiled the first time a line needs it."""
+        compiled = self._compiled[index]
+        if compiled is None:
+            p = self.patterns[index]
+            compiled = self._compiled[index] = re.compile(p.regex, re.IGNORECASE if p.caseless else 0)
+        return compiled
 
     @classmethod
     def from_entries(cls, entries: Iterable[Entry]) -> "PatternSet":
@@ -64,7 +72,11 @@ class PatternSet:
         return cls(patterns)
 
     def hyperscan(self):
-        """A hyperscan block-mode database of every pattern, or None where hyperscan is unavailable."""
+        """A hyperscan block-mode database of every pattern, or None where hyperscan is unavailable.
+
+        Compiling takes a quarter of a second, so the serialized database is cached beside the
+        catalogue cache, keyed by the exact expressions and flags.
+        """
         if self._hs_tried:
             return self._hs
         self._hs_tried = True
@@ -78,11 +90,23 @@ class PatternSet:
             exprs.append(_prefilter_regex(p.regex).encode("utf-8"))
             flags.append((hyperscan.HS_FLAG_CASELESS if p.caseless else 0) | hyperscan.HS_FLAG_PREFILTER
                          | hyperscan.HS_FLAG_MULTILINE)
+        ids = [p.index for p in self.patterns]
+        cache = _hs_cache_path(exprs, flags, ids)
+        if cache is not None and cache.is_file():
+            try:
+                db = hyperscan.loadb(cache.read_bytes(), mode=hyperscan.HS_MODE_BLOCK)
+                db.scratch = hyperscan.Scratch(db)
+                self._hs = db
+                return db
+            except Exception:  # a stale or damaged cache is rebuilt below
+                pass
         try:
             db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=exprs, ids=[p.index for p in self.patterns], elements=len(exprs), flags=flags)
+            db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
         except Exception:  # an expression hyperscan cannot take: the literal path gives the same findings
             return None
+        if cache is not None:
+            _write_bytes(cache, hyperscan.dumpb(db))
         self._hs = db
         return db
 
@@ -99,6 +123,32 @@ class PatternSet:
             for lit in p.literals:
                 table.setdefault(lit, []).append(p.index)
         return sorted(exact.items()), sorted(folded.items()), bare
+
+
+def _hs_cache_path(exprs: list[bytes], flags: list[int], ids: list[int]):
+    import hashlib
+
+    from gpudoctor.kb.catalog import cache_dir
+
+    root = cache_dir()
+    if root is None:
+        return None
+    digest = hashlib.sha256(repr((exprs, flags, ids)).encode()).hexdigest()[:20]
+    return root / f"hyperscan-{digest}.db"
+
+
+def _write_bytes(path, data: bytes) -> None:
+    import os
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".hs-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # no cache, just a slower start next time
 
 
 def _prefilter_regex(regex: str) -> str:

@@ -160,7 +160,7 @@ class Scanner:
                 result: SourceScan) -> None:
         from gpudoctor.engine.lines import parse_prefix
 
-        compiled, patterns = self.patterns.compiled, self.patterns.patterns
+        regex, patterns = self.patterns.regex, self.patterns.patterns
         line_no, counted_to = first_line, 0
         windows_open: list[tuple[str, int, list[str], int]] = []
         for start in sorted(candidates):
@@ -176,7 +176,7 @@ class Scanner:
                 raw = block[start:end]
             text = _decode(raw).rstrip("\r")
             body = parse_prefix(text).body
-            matched = [i for i in indexes if compiled[i].search(body) or compiled[i].search(text)]
+            matched = [i for i in indexes if regex(i).search(body) or regex(i).search(text)]
             if not matched:
                 continue
             hit = Hit(line_no, text[:MAX_TEXT])

@@ -132,14 +132,19 @@ def _fingerprint(roots: list[tuple[Path, bool]]) -> tuple:
     return (CACHE_FORMAT, sys.version_info[:2], tuple(parts))
 
 
-def _cache_path() -> Path | None:
+def cache_dir() -> Path | None:
+    """Where gpudoctor keeps derived data (parsed catalogue, compiled pattern database)."""
     if os.environ.get("GPUDOCTOR_NO_CACHE"):
         return None
-    base = os.environ.get("GPUDOCTOR_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    root = Path(base) if base else Path.home() / ".cache"
-    if not os.environ.get("GPUDOCTOR_CACHE_DIR"):
-        root = root / "gpudoctor"
-    return root / "catalog.pickle"
+    if os.environ.get("GPUDOCTOR_CACHE_DIR"):
+        return Path(os.environ["GPUDOCTOR_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "gpudoctor"
+
+
+def _cache_path() -> Path | None:
+    root = cache_dir()
+    return None if root is None else root / "catalog.pickle"
 
 
 def build_catalog(roots: list[tuple[Path, bool]]) -> Catalog:
