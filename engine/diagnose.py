@@ -99,9 +99,11 @@ def diagnose(
         flight_report = analyze(dumps)
     ranks, verdict, signals = analyze_ranks(scans, patterns, flight_report)
     entries = {e.id: e for e in catalog}
-    explained = {(f, h.line_no) for sigs in matched.values() for sh in sigs.values() for f, h in sh.lines}
+    # a rank that failed first for a reason another entry already names (D8, D1, ...) is that entry's case
+    owners = {e.id for e in entries.values() if any(s.derived == "rank-failed-first" for s in e.signatures)}
+    named = build_findings({k: v for k, v in entries.items() if k not in owners}, matched)
+    explained = {(ev.file, ev.line) for f in named for ev in f.evidence}
     if all((f, h.line_no) in explained for f, h in signals.get("rank-failed-first", [])):
-        # the rank that failed first failed for a reason an entry already names (D8, D1, ...)
         signals.pop("rank-failed-first", None)
     for entry in entries.values():
         for sig in entry.signatures:

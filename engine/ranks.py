@@ -14,7 +14,7 @@ _DESYNC = re.compile(r"Detected mismatch between collectives|doesn't match expec
                      r"Message truncated|Collectives differ")
 _LAUNCHER_ERRORS = {"ChildFailedError", "ProcessExitedException", "ProcessRaisedException", "SignalException"}
 _LOST_PEER = re.compile(
-    r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|Broken pipe|got 0 bytes|"
+    r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|Broken pipe|Failed to recv, got 0 bytes|"
     r"communicator was aborted|remote process exited|Connection refused|ProcessGroup.*(?:aborted|shut ?down)|"
     r"NCCL communicator.*abort|SIGTERM|Signal 15",
 )
@@ -64,6 +64,7 @@ class _State:
     reports: dict[int, RankReport] = field(default_factory=dict)
     signals: dict[str, list[tuple[str, Hit]]] = field(default_factory=dict)
     world: int | None = None
+    orphan_crashes: list[Evidence] = field(default_factory=list)  # errors no rank prefix claims
 
     def rank(self, rank: int) -> RankReport:
         if rank not in self.reports:
@@ -91,7 +92,7 @@ def analyze_ranks(scans, patterns: PatternSet, flight=None):
                 state.reports[rank] = RankReport(rank, status="missing")
     _derive(state)
     reports = state.reports
-    verdict = _judge(reports, state.world) if (len(reports) > 1 or any(r.first_error for r in reports.values())) else []
+    verdict = _judge(reports, state.world, state.orphan_crashes) if (len(reports) > 1 or any(r.first_error for r in reports.values())) else []
     return sorted(reports.values(), key=lambda r: r.rank), verdict, state.signals
 
 
@@ -134,13 +135,17 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             continue
         for tb in parse_tracebacks(lines):
             rank = tb.rank if tb.rank is not None else hint
-            if rank is None or not tb.exc_type or tb.exc_type.rsplit(".", 1)[-1] in _LAUNCHER_ERRORS:
+            if not tb.exc_type or tb.exc_type.rsplit(".", 1)[-1] in _LAUNCHER_ERRORS:
                 continue
-            seen.add(rank)
-            r = state.rank(rank)
             text = f"{tb.exc_type}: {tb.message}".strip()
             at = _find_line(lines, tb.start, tb.end, tb.exc_type.rsplit(".", 1)[-1] + ":")
             hit = Hit(line_no + at, lines[at]) if at is not None else Hit(line_no + tb.start, text)
+            if rank is None:
+                if classify(text) == "crash" and len(state.orphan_crashes) < 8:
+                    state.orphan_crashes.append(Evidence(scan.name, hit.line_no, hit.text, "crash"))
+                continue
+            seen.add(rank)
+            r = state.rank(rank)
             _record_error(state, r, scan.name, hit, text)
             blocked, caller = _blocked_in(tb)
             if blocked and r.blocked_in is None:
@@ -241,9 +246,17 @@ def _derive(state: _State) -> None:
     reports = state.reports.values()
     waiting = [r for r in reports if r.error_kind in ("timeout", "lost-peer", "desync")]
     crashed = [r for r in reports if r.error_kind == "crash"]
-    if crashed and (waiting or state.signals.get("collective-timeout") or state.signals.get("lost-peer")):
+    others_waited = bool(waiting or state.signals.get("collective-timeout") or state.signals.get("lost-peer"))
+    if others_waited:
+        state.signals.setdefault("ranks-waiting", list(state.signals.get("collective-timeout", []))
+                                 + list(state.signals.get("lost-peer", []))[:6])
+    if crashed and others_waited:
         first = _earliest(crashed)
         state.signal("rank-failed-first", first.first_error.file, Hit(first.first_error.line, first.first_error.text))
+    elif state.orphan_crashes and waiting:
+        # a crash no rank prefix claims (a plain `python` per rank, a worker thread) before ranks timed out
+        first = min(state.orphan_crashes, key=lambda e: (e.file, e.line))
+        state.signal("rank-failed-first", first.file, Hit(first.line, first.text))
     blocked = {}
     for r in reports:
         if r.blocked_in and r.error_kind in ("timeout", "lost-peer", "desync", None):
@@ -279,7 +292,7 @@ def _merge_flight(reports: dict[int, RankReport], flight) -> None:
                 setattr(r, mine, max(getattr(r, mine) or 0, value))
 
 
-def _judge(reports: dict[int, RankReport], world: int | None) -> list[str]:
+def _judge(reports: dict[int, RankReport], world: int | None, orphans: list[Evidence]) -> list[str]:
     verdict: list[str] = []
     crashed = [r for r in reports.values() if r.error_kind == "crash"]
     waiting = sorted((r for r in reports.values() if r.error_kind in ("timeout", "lost-peer")), key=lambda r: r.rank)
@@ -331,6 +344,10 @@ def _judge(reports: dict[int, RankReport], world: int | None) -> list[str]:
     if missing:
         verdict.append(f"no log line from rank{'s' if len(missing) > 1 else ''} {_ranges(missing)} "
                        f"(world size {world}): those logs may be missing, or the ranks never started")
+    if orphans and waiting and not crashed:
+        e = orphans[0]
+        verdict.append(f"an error that names no rank came first (line {e.line}: {_one_line(e.text, 100)}); "
+                       f"rank{'s' if len(waiting) > 1 else ''} {_ranges([r.rank for r in waiting])} then timed out")
     if waiting and not crashed:
         silent = sorted(r.rank for r in reports.values() if r.error_kind is None and r.status not in ("missing", "no-init"))
         if silent:

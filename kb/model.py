@@ -10,6 +10,7 @@ SECTIONS = ("launchers", "ddp", "fsdp", "deepspeed", "hangs", "multinode", "pitf
 DERIVED_SIGNALS = {
     "collective-timeout": "a collective timed out (NCCL watchdog, gloo recv/send timeout)",
     "lost-peer": "a rank lost its peer: connection closed or reset, communicator aborted",
+    "ranks-waiting": "some ranks timed out in a collective or lost their peer (either of the two above)",
     "rank-failed-first": "one rank raised its own error while others timed out or lost their peer",
     "ranks-in-different-collectives": "ranks were blocked in different collectives when they failed",
     "collective-in-gated-path": "the odd rank out was blocked in a collective called from a save/eval/log function",
