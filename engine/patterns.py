@@ -60,14 +60,15 @@ class PatternSet:
     def from_entries(cls, entries: Iterable[Entry]) -> "PatternSet":
         patterns: list[Pattern] = []
         for name, regex in STRUCTURAL.items():
-            patterns.append(Pattern(len(patterns), STRUCT, name, regex, False, required_literals(regex)))
+            patterns.append(Pattern(len(patterns), STRUCT, name, regex, _caseless(regex, False), required_literals(regex)))
         for entry in entries:
             for sig in entry.signatures:
                 if sig.derived:
                     continue  # computed from the whole log set, not matched line by line
+                caseless = _caseless(sig.pattern, sig.ignore_case)
                 patterns.append(Pattern(
-                    len(patterns), entry.id, sig.id, sig.pattern, sig.ignore_case,
-                    required_literals(sig.pattern, sig.ignore_case), sig,
+                    len(patterns), entry.id, sig.id, sig.pattern, caseless,
+                    required_literals(sig.pattern, caseless), sig,
                 ))
         return cls(patterns)
 
@@ -123,6 +124,11 @@ class PatternSet:
             for lit in p.literals:
                 table.setdefault(lit, []).append(p.index)
         return sorted(exact.items()), sorted(folded.items()), bare
+
+
+def _caseless(regex: str, flag: bool) -> bool:
+    """Case-insensitive by the signature's flag or by an inline (?i) in the regex itself."""
+    return flag or bool(re.compile(regex).flags & re.IGNORECASE)
 
 
 def _hs_cache_path(exprs: list[bytes], flags: list[int], ids: list[int]):

@@ -13,6 +13,12 @@ LIGHT_MODULES = [
     "gpudoctor.commands.show",
     "gpudoctor.commands.search",
     "gpudoctor.commands.list_entries",
+    "gpudoctor.commands.diagnose",
+    "gpudoctor.engine.diagnose",
+    "gpudoctor.engine.scan",
+    "gpudoctor.engine.ranks",
+    "gpudoctor.engine.flight",
+    "gpudoctor.report",
 ]
 
 
@@ -29,7 +35,11 @@ def test_import_leaves_torch_and_textual_unloaded(module):
     assert "textual" not in loaded
 
 
-@pytest.mark.parametrize("argv", [["list"], ["show", "D8"], ["search", "address already in use"], ["show", "D8", "--json"]])
+DATA = __import__("pathlib").Path(__file__).parent / "data" / "logs"
+
+
+@pytest.mark.parametrize("argv", [["list"], ["show", "D8"], ["search", "address already in use"], ["show", "D8", "--json"],
+                                  ["diagnose", str(DATA / "D4")], ["diagnose", str(DATA / "D20"), "--json"]])
 def test_commands_run_without_torch_or_textual(argv, tmp_path):
     code = (
         "import sys, io\n"
