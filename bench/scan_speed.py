@@ -21,12 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
+INIT_LINES = [
+    "{host}:{pid}:{tid} [{dev}] NCCL INFO NCCL_P2P_LEVEL set by environment to NVL",
+    "{host}:{pid}:{tid} [{dev}] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.{dev}<0>",
+    "{host}:{pid}:{tid} [{dev}] NCCL INFO comm 0x55d1c2a0 rank {dev} nranks 8 cudaDev {dev} busId 41000 - Init COMPLETE",
+]
 NCCL_LINES = [
     "{host}:{pid}:{tid} [{dev}] NCCL INFO Channel {ch:02d}/32 :    0   1   2   3   4   5   6   7",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO Ring {ch:02d} : {dev}[{dev}] -> {nxt}[{nxt}] via P2P/IPC/read",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO Trees [{ch}] {nxt}/-1/-1->{dev}->{prv} [{ch}] -1/-1/-1->{dev}->{nxt}",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO Connected all rings",
-    "{host}:{pid}:{tid} [{dev}] NCCL INFO NCCL_P2P_LEVEL set by environment to NVL",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO AllReduce: opCount {op:x} sendbuff 0x7f{op:08x} recvbuff 0x7f{op:08x} count 262144 datatype 7 op 0 root 0 comm 0x55d1c2a0 [nranks=8] stream 0x55d1",
     "[rank{dev}]:[I1122 01:{mm:02d}:{ss:02d}.{us:06d} {pid} torch/distributed/run.py:874] step {op} loss {loss:.4f} lr 0.0003",
     "{host}:{pid}:{tid} [{dev}] NCCL INFO 32 coll channels, 32 nvls channels, 32 p2p channels, 32 p2p channels per peer",
@@ -40,8 +44,13 @@ PLANTED = [
 ]
 
 
-def make_block(rng: random.Random, size: int) -> bytes:
+def make_block(rng: random.Random, size: int, init: bool = False) -> bytes:
+    """NCCL_DEBUG=INFO chatter and training-step lines; init lines (env, NET, Init COMPLETE) only once."""
     lines, total = [], 0
+    if init:
+        for dev in range(8):
+            for tmpl in INIT_LINES:
+                lines.append(tmpl.format(host=f"node-{dev // 4}", pid=12000 + dev, tid=12100 + dev, dev=dev))
     while total < size:
         dev = rng.randrange(8)
         line = rng.choice(NCCL_LINES).format(
@@ -58,6 +67,7 @@ def write_big(path: Path, size: int, rng: random.Random) -> None:
     block = make_block(rng, 4 << 20)
     written = 0
     with open(path, "wb") as fh:
+        fh.write(make_block(rng, 0, init=True))
         while written < size:
             fh.write(block)
             written += len(block)
@@ -75,10 +85,17 @@ def patterns_file(workdir: Path) -> Path:
     path = workdir / "patterns.txt"
     lines = []
     for p in pset.patterns:
-        regex = p.regex.replace("(?i)", "")
+        if p.signature is not None and p.signature.literal is not None:
+            regex = rust_escape(p.signature.literal)  # Python's re.escape output is not Rust regex syntax
+        else:
+            regex = p.regex.replace("(?i)", "")
         lines.append(f"(?i){regex}" if p.caseless else regex)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def rust_escape(text: str) -> str:
+    return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~" else c for c in text)
 
 
 def run(argv: list[str]) -> tuple[float, int]:
@@ -133,8 +150,9 @@ def main() -> int:
             rdir.mkdir()
             block = make_block(rng, 1 << 20)
             for r in range(args.files):
+                head = make_block(rng, 0, init=True)
                 tail = PLANTED[1].replace("Rank 3", f"Rank {r}") if r != 17 else "RuntimeError: CUDA error: an illegal memory access was encountered"
-                (rdir / f"rank{r}.log").write_bytes(block + tail.encode() + b"\n")
+                (rdir / f"rank{r}.log").write_bytes(head + block + tail.encode() + b"\n")
         t_gd, _ = best_of(args.repeat, gd + [str(rdir)])
         t_rg, _ = best_of(args.repeat, [rg, "-n", "-f", str(pats), str(rdir)])
         ratio = t_gd / t_rg
@@ -143,7 +161,7 @@ def main() -> int:
 
     if "small" in only:
         small = workdir / "small.log"
-        small.write_bytes(make_block(rng, 10_000) + PLANTED[1].encode() + b"\n")
+        small.write_bytes(make_block(rng, 10_000, init=True) + PLANTED[1].encode() + b"\n")
         subprocess.run(gd + [str(small)], stdout=subprocess.DEVNULL, check=False)  # warm the cache
         base = [run([sys.executable, "-c", "pass"])[0] for _ in range(max(9, args.repeat))]
         diag = [run(gd + [str(small)])[0] for _ in range(max(9, args.repeat))]

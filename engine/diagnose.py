@@ -65,10 +65,23 @@ def diagnose(
     scans: list[tuple[Source, SourceScan]] = []
     inputs: list[InputSummary] = []
     dumps = []
+    logs = [s for s in sources if not s.flight]
+    done: dict[int, SourceScan] = {}
+    if not small:
+        from gpudoctor.engine.parallel import scan_parallel
+
+        results = scan_parallel(scanner, logs, progress)
+        if results is not None:
+            done = {id(s): r for s, r in zip(logs, results)}
     for source in sources:
         if source.flight:
             dumps.append(_load_dump(source))
             inputs.append(InputSummary(source.name, source.size or 0, 0, "flight"))
+            continue
+        if id(source) in done:
+            result = done[id(source)]
+            scans.append((source, result))
+            inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines))
             continue
         stream = open_source(source, stdin)
         problem = None

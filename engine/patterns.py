@@ -5,26 +5,29 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from gpudoctor.kb.literals import required_literals
 from gpudoctor.kb.model import Entry, Signature
 
 STRUCT = "@"  # owner of structural patterns, which no entry owns
 
 # Lines the engine parses to follow ranks, collectives and errors, whatever the catalogue says.
-STRUCTURAL = {
-    "traceback": r"Traceback \(most recent call last\)",
-    "exception": r"\b[A-Z][A-Za-z0-9_.]*(?:Error|Exception|Interrupt)\b(?::|$)",
-    "watchdog": r"Watchdog caught collective operation timeout|Timeout at NCCL work|last enqueued (?:NCCL )?work",
-    "gloo-timeout": r"Timed out waiting \d+ ?ms for (?:recv|send)|\[Gloo\] .*(?:timed out|Timeout)|Gloo connectFullMesh failed",
-    "init-complete": r"Init COMPLETE",
-    "root-cause": r"Root Cause \(first observed failure\)",
-    "child-failed": r"ChildFailedError",
-    "nccl-warn": r" NCCL WARN ",
-    "nccl-env": r"\b(?:NCCL_[A-Z0-9_]+ set by environment to|(?:export )?(?:TORCH_)?NCCL_[A-Z0-9_]+=|TORCH_DISTRIBUTED_DEBUG=)",
-    "nccl-net": r"(?:NET/(?:Socket|IB|OFI)\s*: Using|Bootstrap\s*: Using)",
-    "lost-peer": r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|communicator was aborted",
-    "signal": r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*: -\d+",
-    "mismatch": r"Detected mismatch between collectives on ranks",
+STRUCTURAL = {  # name: (regex, literals one of which every match contains; a test checks them)
+    "traceback": (r"Traceback \(most recent call last\)", ("Traceback (most recent call last)",)),
+    "exception": (r"\b[A-Z][A-Za-z0-9_.]*(?:Error|Exception|Interrupt)\b(?::|$)", ("Error", "Exception", "Interrupt")),
+    "watchdog": (r"Watchdog caught collective operation timeout|Timeout at NCCL work|last enqueued (?:NCCL )?work",
+                 ("Watchdog caught collective operation timeout", "Timeout at NCCL work", "last enqueued ")),
+    "gloo-timeout": (r"Timed out waiting \d+ ?ms for (?:recv|send)|\[Gloo\] .*(?:timed out|Timeout)|Gloo connectFullMesh failed",
+                     ("Timed out waiting ", "[Gloo] ", "Gloo connectFullMesh failed")),
+    "init-complete": (r"Init COMPLETE", ("Init COMPLETE",)),
+    "root-cause": (r"Root Cause \(first observed failure\)", ("Root Cause (first observed failure)",)),
+    "child-failed": (r"ChildFailedError", ("ChildFailedError",)),
+    "nccl-warn": (r" NCCL WARN ", (" NCCL WARN ",)),
+    "nccl-env": (r"\b(?:NCCL_[A-Z0-9_]+ set by environment to|(?:export )?(?:TORCH_)?NCCL_[A-Z0-9_]+=|TORCH_DISTRIBUTED_DEBUG=)",
+                 (" set by environment to", "NCCL_", "TORCH_DISTRIBUTED_DEBUG=")),
+    "nccl-net": (r"(?:NET/(?:Socket|IB|OFI)\s*: Using|Bootstrap\s*: Using)", (": Using", "Bootstrap")),
+    "lost-peer": (r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|communicator was aborted",
+                  ("Connection ", "remote worker crashing", "communicator was aborted")),
+    "signal": (r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*: -\d+", (") received by PID", "exitcode")),
+    "mismatch": (r"Detected mismatch between collectives on ranks", ("Detected mismatch between collectives on ranks",)),
 }
 
 
@@ -59,16 +62,15 @@ class PatternSet:
     @classmethod
     def from_entries(cls, entries: Iterable[Entry]) -> "PatternSet":
         patterns: list[Pattern] = []
-        for name, regex in STRUCTURAL.items():
-            patterns.append(Pattern(len(patterns), STRUCT, name, regex, _caseless(regex, False), required_literals(regex)))
+        for name, (regex, literals) in STRUCTURAL.items():
+            patterns.append(Pattern(len(patterns), STRUCT, name, regex, False, frozenset(literals)))
         for entry in entries:
             for sig in entry.signatures:
                 if sig.derived:
                     continue  # computed from the whole log set, not matched line by line
-                caseless = _caseless(sig.pattern, sig.ignore_case)
+                # literals and case were worked out when the catalogue was loaded (and cached)
                 patterns.append(Pattern(
-                    len(patterns), entry.id, sig.id, sig.pattern, caseless,
-                    required_literals(sig.pattern, caseless), sig,
+                    len(patterns), entry.id, sig.id, sig.pattern, sig.caseless, frozenset(sig.literals), sig,
                 ))
         return cls(patterns)
 
@@ -87,10 +89,8 @@ class PatternSet:
             return None
         exprs, flags = [], []
         for p in self.patterns:
-            # candidates only: Python re verifies every line, so a superset is enough
             exprs.append(_prefilter_regex(p.regex).encode("utf-8"))
-            flags.append((hyperscan.HS_FLAG_CASELESS if p.caseless else 0) | hyperscan.HS_FLAG_PREFILTER
-                         | hyperscan.HS_FLAG_MULTILINE)
+            flags.append((hyperscan.HS_FLAG_CASELESS if p.caseless else 0) | hyperscan.HS_FLAG_MULTILINE)
         ids = [p.index for p in self.patterns]
         cache = _hs_cache_path(exprs, flags, ids)
         if cache is not None and cache.is_file():
@@ -101,10 +101,17 @@ class PatternSet:
                 return db
             except Exception:  # a stale or damaged cache is rebuilt below
                 pass
-        try:
-            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-            db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
-        except Exception:  # an expression hyperscan cannot take: the literal path gives the same findings
+        db = None
+        for extra in (0, hyperscan.HS_FLAG_PREFILTER):
+            # exact matching first; where hyperscan cannot take an expression as written, let it
+            # find a superset, which Python verifies line by line anyway
+            try:
+                db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=[f | extra for f in flags])
+                break
+            except Exception:
+                db = None
+        if db is None:  # the literal path gives the same findings
             return None
         if cache is not None:
             _write_bytes(cache, hyperscan.dumpb(db))
@@ -124,11 +131,6 @@ class PatternSet:
             for lit in p.literals:
                 table.setdefault(lit, []).append(p.index)
         return sorted(exact.items()), sorted(folded.items()), bare
-
-
-def _caseless(regex: str, flag: bool) -> bool:
-    """Case-insensitive by the signature's flag or by an inline (?i) in the regex itself."""
-    return flag or bool(re.compile(regex).flags & re.IGNORECASE)
 
 
 def _hs_cache_path(exprs: list[bytes], flags: list[int], ids: list[int]):

@@ -7,7 +7,7 @@ from typing import BinaryIO, Callable
 
 from gpudoctor.engine.patterns import PatternSet
 
-CHUNK = 8 << 20  # bytes read at a time
+CHUNK = 16 << 20  # bytes read at a time, into one reused buffer
 MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounded
 MAX_TEXT = 4096  # characters of a matched line kept as evidence (around the match)
 KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
@@ -60,7 +60,7 @@ class SourceScan:
     binary: bool = False  # NUL bytes seen
 
 
-def _decode(raw: bytes) -> str:
+def _decode(raw: bytes | bytearray) -> str:
     return raw.decode("utf-8", "replace")
 
 
@@ -72,50 +72,65 @@ class Scanner:
         self._exact, self._folded, self._bare = patterns.literal_table()
 
     def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None) -> SourceScan:
+        """Read the stream in chunks into one reused buffer; only whole lines reach the patterns."""
         result = SourceScan(name=name)
-        carry = b""
+        buffer = bytearray(CHUNK + MAX_LINE)
+        view = memoryview(buffer)
+        readinto = getattr(stream, "readinto", None)
+        held = 0  # bytes of an unfinished last line kept at the front of the buffer
         line_no = 1  # number of the line that starts the next block
         partial = False  # the last block ended inside one enormous line
         while True:
-            data = stream.read(CHUNK)
-            if not data:
+            if readinto is not None:
+                n = readinto(view[held : held + CHUNK])
+            else:
+                data = stream.read(CHUNK)
+                n = len(data)
+                buffer[held : held + n] = data
+            if not n:
                 break
             if progress is not None:
-                progress(len(data))
-            result.bytes += len(data)
-            buf = carry + data if carry else data
-            cut = buf.rfind(b"\n")
+                progress(n)
+            result.bytes += n
+            filled = held + n
+            cut = buffer.rfind(b"\n", held, filled)
             if cut < 0:
-                if len(buf) > MAX_LINE:
-                    self._block(buf, line_no, result)  # a piece of one enormous line
+                if filled > MAX_LINE:
+                    self._block(buffer, filled, line_no, result)  # a piece of one enormous line
                     result.cut_lines += 0 if partial else 1
-                    partial, carry = True, b""
+                    partial, held = True, 0
                 else:
-                    carry = buf
+                    held = filled
                 continue
-            block, carry = buf[: cut + 1], buf[cut + 1 :]
-            line_no += self._block(block, line_no, result)
+            end = cut + 1
+            line_no += self._block(buffer, end, line_no, result)
+            held = filled - end
+            buffer[:held] = view[end:filled]
             partial = False
-        if carry:
-            self._block(carry, line_no, result)
-        result.lines = line_no if (carry or partial) else line_no - 1
+        if held:
+            self._block(buffer, held, line_no, result)
+        result.lines = line_no if (held or partial) else line_no - 1
+        view.release()
         return result
 
     # -- one block of whole lines ------------------------------------------------------------
-    def _block(self, block: bytes, first_line: int, result: SourceScan) -> int:
-        """Scan whole lines starting at first_line; returns how many newlines the block holds."""
-        if b"\x00" in block:
+    def _block(self, data: bytearray | bytes, end: int, first_line: int, result: SourceScan) -> int:
+        """Scan data[:end], whole lines from first_line; returns how many newlines it holds."""
+        if not result.binary and data.find(b"\x00", 0, min(end, 1 << 16)) >= 0:
             result.binary = True
-        if b"\x1b" in block:  # colour codes would split the words the patterns look for
-            block = _ANSI_BYTES.sub(b"", block)
-        candidates = self._candidates(block)
+        if data.find(b"\x1b", 0, end) >= 0:  # colour codes would split the words the patterns look for
+            data = _ANSI_BYTES.sub(b"", bytes(data[:end]))
+            end = len(data)
+        candidates = self._candidates(data, end)
         if candidates:
-            self._verify(block, first_line, candidates, result)
-        newlines = block.count(b"\n")
-        self._tail(block, first_line, newlines, result)
+            line_no, counted_to = self._verify(data, end, first_line, candidates, result)
+            newlines = line_no - first_line + data.count(b"\n", counted_to, end)
+        else:
+            newlines = data.count(b"\n", 0, end)
+        self._tail(data, end, first_line, newlines, result)
         return newlines
 
-    def _candidates(self, block: bytes) -> dict[int, tuple[set[int], int]]:
+    def _candidates(self, block: bytearray | bytes, end: int) -> dict[int, tuple[set[int], int]]:
         """Line start offset -> (indexes of patterns that may match that line, offset of one match)."""
         found: dict[int, tuple[set[int], int]] = {}
 
@@ -132,32 +147,34 @@ class Scanner:
             def on_match(index, _start, end, _flags, _ctx):
                 ends.append((end, index))
 
-            self.db.scan(block, match_event_handler=on_match)
-            for end, index in ends:
-                start = block.rfind(b"\n", 0, max(end - 1, 0)) + 1 if end else 0
-                add(start, (index,), end)
+            with memoryview(block) as view:
+                self.db.scan(view[:end], match_event_handler=on_match)
+            for at, index in ends:
+                start = block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0
+                add(start, (index,), at)
             return found
-        for table, haystack in ((self._exact, block), (self._folded, block.lower() if self._folded else b"")):
+        for table, haystack in ((self._exact, block), (self._folded, block[:end].lower() if self._folded else b"")):
             for literal, indexes in table:
                 needle = literal.encode("utf-8")
-                pos = haystack.find(needle)
+                pos = haystack.find(needle, 0, end)
                 while pos >= 0:
                     start = haystack.rfind(b"\n", 0, pos) + 1
                     add(start, indexes, pos + len(needle))
-                    nl = haystack.find(b"\n", pos)
+                    nl = haystack.find(b"\n", pos, end)
                     if nl < 0:
                         break
-                    pos = haystack.find(needle, nl + 1)
+                    pos = haystack.find(needle, nl + 1, end)
         if self._bare:  # patterns without a literal (none in the shipped catalogue): every line
             start = 0
-            while start < len(block):
+            while start < end:
                 add(start, self._bare, start)
-                nl = block.find(b"\n", start)
-                start = len(block) if nl < 0 else nl + 1
+                nl = block.find(b"\n", start, end)
+                start = end if nl < 0 else nl + 1
         return found
 
-    def _verify(self, block: bytes, first_line: int, candidates: dict[int, tuple[set[int], int]],
-                result: SourceScan) -> None:
+    def _verify(self, block: bytearray | bytes, limit: int, first_line: int,
+                candidates: dict[int, tuple[set[int], int]], result: SourceScan) -> tuple[int, int]:
+        """Check candidate lines with Python re; returns (line number, offset) counted up to."""
         from gpudoctor.engine.lines import parse_prefix
 
         regex, patterns = self.patterns.regex, self.patterns.patterns
@@ -166,8 +183,8 @@ class Scanner:
         for start in sorted(candidates):
             line_no += block.count(b"\n", counted_to, start)
             counted_to = start
-            end = block.find(b"\n", start)
-            end = len(block) if end < 0 else end
+            end = block.find(b"\n", start, limit)
+            end = limit if end < 0 else end
             indexes, at = candidates[start]
             if end - start > MAX_TEXT * 2:  # a giant line: keep the stretch around the match
                 lo = max(start, at - MAX_TEXT)
@@ -175,8 +192,10 @@ class Scanner:
             else:
                 raw = block[start:end]
             text = _decode(raw).rstrip("\r")
-            body = parse_prefix(text).body
-            matched = [i for i in indexes if regex(i).search(body) or regex(i).search(text)]
+            matched = [i for i in indexes if regex(i).search(text)]
+            if len(matched) < len(indexes):  # anchored patterns read the line without its prefixes
+                body = parse_prefix(text).body
+                matched += [i for i in indexes if i not in matched and regex(i).search(body)]
             if not matched:
                 continue
             hit = Hit(line_no, text[:MAX_TEXT])
@@ -184,24 +203,25 @@ class Scanner:
                 result.hits.setdefault(i, PatternHits()).add(hit)
                 name = patterns[i].name
                 if patterns[i].owner == "@" and name in _WINDOW_OPENERS and len(result.windows) < MAX_WINDOWS:
-                    result.windows.append((name, line_no, self._window(block, start)))
+                    result.windows.append((name, line_no, self._window(block, limit, start)))
+        return line_no, counted_to
 
     @staticmethod
-    def _window(block: bytes, start: int) -> list[str]:
+    def _window(block: bytearray | bytes, limit: int, start: int) -> list[str]:
         lines, pos = [], start
         for _ in range(WINDOW_LINES):
-            if pos >= len(block):
+            if pos >= limit:
                 break
-            nl = block.find(b"\n", pos)
-            nl = len(block) if nl < 0 else nl
+            nl = block.find(b"\n", pos, limit)
+            nl = limit if nl < 0 else nl
             lines.append(_decode(block[pos : min(nl, pos + MAX_TEXT)]).rstrip("\r"))
             pos = nl + 1
         return lines
 
     @staticmethod
-    def _tail(block: bytes, first_line: int, newlines: int, result: SourceScan) -> None:
+    def _tail(block: bytearray | bytes, limit: int, first_line: int, newlines: int, result: SourceScan) -> None:
         found: list[tuple[int, bytes]] = []
-        pos = len(block) - 1 if block.endswith(b"\n") else len(block)
+        pos = limit - 1 if limit and block[limit - 1] == 10 else limit
         for _ in range(64):  # blank lines are skipped, but only so many
             start = block.rfind(b"\n", 0, pos) + 1
             raw = block[start:pos]
@@ -214,5 +234,6 @@ class Scanner:
             pos = start - 1
         if not found:
             return
-        lines = [(first_line + newlines - block.count(b"\n", start), _decode(raw).rstrip("\r")) for start, raw in found]
+        lines = [(first_line + newlines - block.count(b"\n", start, limit), _decode(raw).rstrip("\r"))
+                 for start, raw in found]
         result.tail = (result.tail + lines[::-1])[-TAIL_LINES:]

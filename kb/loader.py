@@ -211,6 +211,7 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
         if not isinstance(ignore_case, bool):
             raise c.fail(f"{where}.ignore_case", "expected true or false")
         literal = derived = None
+        caseless, literals = ignore_case, frozenset()
         if kinds[0] == "derived":
             derived = c.text(item["derived"], f"{where}.derived")
             if derived not in DERIVED_SIGNALS:
@@ -220,12 +221,14 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
             literal = c.text(item["literal"], f"{where}.literal") if kinds[0] == "literal" else None
             pattern = re.escape(literal) if literal is not None else c.text(item["regex"], f"{where}.regex")
             try:
-                re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+                compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
             except re.error as exc:
                 raise c.fail(f"{where}.regex", f"invalid regular expression: {exc}") from None
             from gpudoctor.kb.literals import MIN_LITERAL, required_literals
 
-            if not required_literals(pattern, ignore_case):
+            caseless = bool(compiled.flags & re.IGNORECASE)
+            literals = required_literals(pattern, caseless)
+            if not literals:
                 raise c.fail(f"{where}.regex", f"needs a literal run of {MIN_LITERAL}+ characters that every "
                              "match contains (the fast prefilter looks for it)")
         weight = item["weight"]
@@ -241,6 +244,8 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
                 weight=float(weight),
                 literal=literal,
                 derived=derived,
+                caseless=caseless,
+                literals=tuple(sorted(literals or ())),
                 needs=c.texts(item.get("needs"), f"{where}.needs"),
                 context=context,
                 ignore_case=ignore_case,

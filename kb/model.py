@@ -65,6 +65,8 @@ class Signature:
     weight: float
     literal: str | None = None  # set when the YAML gave a literal
     derived: str | None = None  # a name from DERIVED_SIGNALS instead of a pattern
+    caseless: bool = False  # ignore_case, or an inline (?i) in the regex
+    literals: tuple[str, ...] = ()  # one of these occurs in every match (lower-cased when caseless)
     needs: tuple[str, ...] = ()
     context: bool = False
     ignore_case: bool = False

@@ -140,3 +140,37 @@ def test_gzip_input_gives_the_same_findings(catalog, tmp_path):
 def test_shipped_signatures_compile_under_hyperscan(patterns):
     pytest.importorskip("hyperscan")
     assert patterns.hyperscan() is not None
+
+
+def test_structural_literals_are_what_each_regex_requires():
+    from gpudoctor.engine.patterns import STRUCTURAL
+    from gpudoctor.kb.literals import required_literals
+
+    for name, (regex, literals) in STRUCTURAL.items():
+        # declared by hand so that start-up need not parse the regexes; they must agree
+        assert required_literals(regex) == frozenset(literals), name
+
+
+def test_parallel_split_scan_equals_the_sequential_scan(catalog, patterns, tmp_path, monkeypatch):
+    import gpudoctor.engine.parallel as par
+
+    monkeypatch.setattr(par, "SPLIT_FROM_BYTES", 1 << 12)
+    monkeypatch.setattr(par, "PARALLEL_FROM_BYTES", 1 << 12)
+    monkeypatch.setattr(par, "workers", lambda: 3)
+    lines = []
+    for i in range(3000):
+        lines.append(NOISE if i % 97 else PORT)
+        if i in (5, 1500, 2999):
+            lines.append(WATCHDOG)
+    data = ("\n".join(lines) + "\n").encode()
+    path = tmp_path / "big.log"
+    path.write_bytes(data)
+    sources = resolve([str(path)])
+    scanner = Scanner(patterns, use_hyperscan=True)
+    (split,) = par.scan_parallel(scanner, sources)
+    whole = scanner.scan(open(path, "rb"), str(path))
+    assert split.lines == whole.lines == len(lines)
+    assert split.tail == whole.tail
+    assert {i: (h.count, [x.line_no for x in h.all()]) for i, h in split.hits.items()} == {
+        i: (h.count, [x.line_no for x in h.all()]) for i, h in whole.hits.items()
+    }

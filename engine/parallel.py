@@ -1,0 +1,169 @@
+"""Scan big inputs on every core: whole files spread over worker processes, one huge file split at a newline."""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from gpudoctor.engine.scan import KEEP_FIRST, KEEP_LAST, MAX_WINDOWS, TAIL_LINES, Hit, PatternHits, Scanner, SourceScan
+from gpudoctor.engine.sources import Source
+
+SPLIT_FROM_BYTES = 64 << 20  # a plain file this big is cut in pieces, one per worker
+PARALLEL_FROM_BYTES = 32 << 20  # below this a pool costs more than it saves
+
+
+def workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _Range:
+    """A read-only stream over bytes [start, end) of a file."""
+
+    def __init__(self, path, start: int, end: int):
+        self._fh = open(path, "rb", buffering=0)
+        self._fh.seek(start)
+        self._left = end - start
+
+    def readinto(self, view) -> int:
+        if self._left <= 0:
+            return 0
+        view = view[: min(len(view), self._left)]
+        n = self._fh.readinto(view)
+        self._left -= n or 0
+        return n or 0
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _split_points(path, size: int, parts: int) -> list[int]:
+    """Byte offsets that cut the file into `parts` pieces, each cut just after a newline."""
+    points = [0]
+    with open(path, "rb") as fh:
+        for k in range(1, parts):
+            fh.seek(size * k // parts)
+            chunk = fh.read(1 << 20)
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                continue  # one enormous line here: do not cut it
+            cut = size * k // parts + nl + 1
+            if cut > points[-1] and cut < size:
+                points.append(cut)
+    points.append(size)
+    return points
+
+
+_SCANNER: Scanner | None = None  # set in the parent before the pool forks, inherited by workers
+_COUNTER = None
+
+
+def _scan_range(job: tuple[str, str, int, int]) -> SourceScan:
+    name, path, start, end = job
+    stream = _Range(path, start, end)
+    try:
+        return _SCANNER.scan(stream, name, _bump)
+    finally:
+        stream.close()
+
+
+def _scan_file(job: tuple[Source, None]) -> SourceScan:
+    from gpudoctor.engine.sources import open_source
+
+    source = job[0]
+    stream = open_source(source)
+    try:
+        return _SCANNER.scan(stream, source.name, _bump)
+    finally:
+        stream.close()
+
+
+def _bump(n: int) -> None:
+    if _COUNTER is not None:
+        with _COUNTER.get_lock():
+            _COUNTER.value += n
+
+
+def merge(parts: list[SourceScan]) -> SourceScan:
+    """One scan from consecutive pieces of the same source: line numbers shifted, hits kept first/last."""
+    total = SourceScan(name=parts[0].name)
+    offset = 0
+    for part in parts:
+        total.bytes += part.bytes
+        total.binary |= part.binary
+        total.cut_lines += part.cut_lines
+        moved: dict[int, Hit] = {}  # one line can be a hit of several patterns: shift it once
+
+        def shift(hit: Hit) -> Hit:
+            if id(hit) not in moved:
+                moved[id(hit)] = Hit(hit.line_no + offset, hit.text)
+            return moved[id(hit)]
+
+        for index, hits in part.hits.items():
+            mine = total.hits.setdefault(index, PatternHits())
+            seen = mine.count
+            # keep the first KEEP_FIRST and the last KEEP_LAST over the whole sequence
+            combined = mine.all() + [shift(h) for h in hits.all()]
+            mine.count = seen + hits.count
+            mine.first = combined[:KEEP_FIRST]
+            mine.last = combined[KEEP_FIRST:][-KEEP_LAST:]
+        for opener, line_no, lines in part.windows:
+            if len(total.windows) < MAX_WINDOWS:
+                total.windows.append((opener, line_no + offset, lines))
+        if part.tail:
+            total.tail = (total.tail + [(n + offset, t) for n, t in part.tail])[-TAIL_LINES:]
+        offset += part.lines
+    total.lines = offset
+    return total
+
+
+def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[int], None] | None = None):
+    """Scans of the plain-file sources, in their order, using a pool of forked workers; None if not worth it."""
+    import multiprocessing as mp
+
+    n = workers()
+    size = sum(s.size or 0 for s in sources)
+    if n < 2 or size < PARALLEL_FROM_BYTES or any(s.path is None or s.flight for s in sources):
+        return None
+    try:
+        ctx = mp.get_context("fork")
+    except ValueError:  # no fork on this platform: one process it is
+        return None
+    jobs: list[tuple[int, object]] = []  # (source index, job)
+    for i, s in enumerate(sources):
+        if not s.compressed and (s.size or 0) >= SPLIT_FROM_BYTES:
+            pts = _split_points(s.path, s.size, n)
+            jobs += [(i, ("range", (s.name, str(s.path), a, b))) for a, b in zip(pts, pts[1:])]
+        else:
+            jobs.append((i, ("file", (s, None))))
+    global _SCANNER, _COUNTER
+    _SCANNER, _COUNTER = scanner, ctx.Value("q", 0)
+    try:
+        return _run_pool(ctx, n, jobs, sources, progress)
+    except Exception:  # a worker that could not read its file: the caller rescans in order and reports it
+        return None
+    finally:
+        _SCANNER, _COUNTER = None, None
+
+
+def _run_pool(ctx, n, jobs, sources, progress):
+    import time
+
+    with ctx.Pool(min(n, len(jobs))) as pool:
+        pending = [
+            pool.apply_async(_scan_range if kind == "range" else _scan_file, (job,)) for _, (kind, job) in jobs
+        ]
+        shown = 0
+        while not all(p.ready() for p in pending):
+            time.sleep(0.05)
+            if progress is not None and _COUNTER.value > shown:
+                progress(_COUNTER.value - shown)
+                shown = _COUNTER.value
+        results = [p.get() for p in pending]
+        if progress is not None and _COUNTER.value > shown:
+            progress(_COUNTER.value - shown)
+    by_source: dict[int, list[SourceScan]] = {}
+    for (i, _), result in zip(jobs, results):
+        by_source.setdefault(i, []).append(result)
+    return [merge(by_source[i]) if len(by_source[i]) > 1 else by_source[i][0] for i in range(len(sources))]
