@@ -112,18 +112,24 @@ def diagnose(
         flight_report = analyze(dumps)
     ranks, verdict, signals = analyze_ranks(scans, patterns, flight_report)
     entries = {e.id: e for e in catalog}
-    # a rank that failed first for a reason another entry already names (D8, D1, ...) is that entry's case
+
+    def add_signal(name: str) -> None:
+        for entry in entries.values():
+            for sig in entry.signatures:
+                if sig.derived == name and signals.get(name):
+                    sh = matched.setdefault(entry.id, {}).setdefault(sig.id, SignatureHits())
+                    sh.count += len(signals[name])
+                    sh.lines.extend(signals[name])
+
+    for name in signals:
+        if name != "rank-failed-first":
+            add_signal(name)
+    # a rank that failed first for a reason another entry already names (D8, D23, ...) is that entry's case
     owners = {e.id for e in entries.values() if any(s.derived == "rank-failed-first" for s in e.signatures)}
     named = build_findings({k: v for k, v in entries.items() if k not in owners}, matched)
     explained = {(ev.file, ev.line) for f in named for ev in f.evidence}
-    if all((f, h.line_no) in explained for f, h in signals.get("rank-failed-first", [])):
-        signals.pop("rank-failed-first", None)
-    for entry in entries.values():
-        for sig in entry.signatures:
-            if sig.derived and signals.get(sig.derived):
-                sh = matched.setdefault(entry.id, {}).setdefault(sig.id, SignatureHits())
-                sh.count += len(signals[sig.derived])
-                sh.lines.extend(signals[sig.derived])
+    if not all((f, h.line_no) in explained for f, h in signals.get("rank-failed-first", [])):
+        add_signal("rank-failed-first")
     findings = build_findings(entries, matched)
     notes = [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]

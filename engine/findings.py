@@ -46,7 +46,8 @@ class SignatureHits:
 def score_entry(entry: Entry, matched: dict[str, SignatureHits]) -> tuple[float, list[str]]:
     """Noisy-OR of the weights of matched signatures whose co-requirements hold; context only adds."""
     present = {sid for sid, h in matched.items() if h.count}
-    effective = [s for s in entry.signatures if s.id in present and all(n in present for n in s.needs)]
+    effective = [s for s in entry.signatures if s.id in present and all(n in present for n in s.needs)
+                 and all(_comes_after(matched[s.id], matched.get(a)) for a in s.after)]
     strong = [s for s in effective if not s.context]
     if not strong:
         return 0.0, []
@@ -59,6 +60,16 @@ def score_entry(entry: Entry, matched: dict[str, SignatureHits]) -> tuple[float,
         boost = min(1.0, sum(s.weight for s in context))
         score += (1.0 - score) * CONTEXT_GAIN * boost
     return min(score, 0.99), [s.id for s in strong + context]
+
+
+def _comes_after(hits: SignatureHits, earlier: SignatureHits | None) -> bool:
+    """Some hit of `hits` sits on a later line of the same file than some hit of `earlier`."""
+    if earlier is None or not earlier.count:
+        return False
+    first_seen: dict[str, int] = {}
+    for file, hit in earlier.lines:
+        first_seen[file] = min(first_seen.get(file, hit.line_no), hit.line_no)
+    return any(file in first_seen and hit.line_no > first_seen[file] for file, hit in hits.lines)
 
 
 def build_findings(entries: dict[str, Entry], matched: dict[str, dict[str, SignatureHits]]) -> list[Finding]:

@@ -16,7 +16,7 @@ _LAUNCHER_ERRORS = {"ChildFailedError", "ProcessExitedException", "ProcessRaised
 _LOST_PEER = re.compile(
     r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|Broken pipe|Failed to recv, got 0 bytes|"
     r"communicator was aborted|remote process exited|Connection refused|ProcessGroup.*(?:aborted|shut ?down)|"
-    r"NCCL communicator.*abort|SIGTERM|Signal 15",
+    r"NCCL communicator.*abort",
 )
 _COLLECTIVES = {
     "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
@@ -269,8 +269,13 @@ def _derive(state: _State) -> None:
         smallest = min(blocked.values(), key=len)
         for r in smallest:
             caller = r.blocked_from
-            if caller is not None and _GATED_FUNCTION.search(caller.signature or ""):
-                state.signal("collective-in-gated-path", caller.file, Hit(caller.line, caller.text))
+            gated_name = caller is not None and _GATED_FUNCTION.search(caller.signature or "")
+            # rank 0 alone in another collective is the `if rank == 0:` branch in all but name
+            rank0_alone = len(smallest) == 1 and r.rank == 0
+            if gated_name or rank0_alone:
+                ev = caller or r.first_error
+                if ev is not None:
+                    state.signal("collective-in-gated-path", ev.file, Hit(ev.line, ev.text))
 
 
 def _earliest(ranks: list[RankReport]) -> RankReport:

@@ -194,7 +194,7 @@ def _reference(c: _Checker, raw: Any, i: int) -> Reference:
 def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
     out: list[Signature] = []
     seen: set[str] = set()
-    allowed = {"id", "regex", "literal", "derived", "weight", "needs", "context", "ignore_case"}
+    allowed = {"id", "regex", "literal", "derived", "weight", "needs", "after", "context", "ignore_case"}
     for i, item in enumerate(c.items(raw, "signatures")):
         where = f"signatures[{i}]"
         item = c.mapping(item, where, allowed, ("id", "weight"))
@@ -247,14 +247,16 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
                 caseless=caseless,
                 literals=tuple(sorted(literals or ())),
                 needs=c.texts(item.get("needs"), f"{where}.needs"),
+                after=c.texts(item.get("after"), f"{where}.after"),
                 context=context,
                 ignore_case=ignore_case,
             )
         )
     for i, sig in enumerate(out):
-        for j, need in enumerate(sig.needs):
-            if need not in seen or need == sig.id:
-                raise c.fail(f"signatures[{i}].needs[{j}]", f"unknown signature id {need!r} in this entry")
+        for field_name in ("needs", "after"):
+            for j, need in enumerate(getattr(sig, field_name)):
+                if need not in seen or need == sig.id:
+                    raise c.fail(f"signatures[{i}].{field_name}[{j}]", f"unknown signature id {need!r} in this entry")
     return tuple(out)
 
 

@@ -68,6 +68,7 @@ class Signature:
     caseless: bool = False  # ignore_case, or an inline (?i) in the regex
     literals: tuple[str, ...] = ()  # one of these occurs in every match (lower-cased when caseless)
     needs: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()  # counts only on a line later in the same file than a hit of each of these
     context: bool = False
     ignore_case: bool = False
 
@@ -131,7 +132,7 @@ def entry_to_dict(entry: Entry) -> dict:
         "signatures": [
             {"id": s.id, **({"derived": s.derived} if s.derived else {"literal": s.literal} if s.literal is not None
                             else {"regex": s.pattern}),
-             "weight": s.weight, "needs": list(s.needs), "context": s.context}
+             "weight": s.weight, "needs": list(s.needs), "after": list(s.after), "context": s.context}
             for s in entry.signatures
         ],
         "probes": list(entry.probes),
