@@ -166,7 +166,7 @@ def run(args, out) -> int:
     from gpudoctor.probes import registry, report, session
 
     if args.list:
-        return _list(out, registry)
+        return _list(out, registry, args.json)
     probes = select(args)
     options = probe_options(args)
     progress = Progress(args.err, len(probes))
@@ -203,9 +203,14 @@ def json_report(outcome, code: int) -> dict:
     return data
 
 
-def _list(out, registry) -> int:
+def _list(out, registry, as_json: bool) -> int:
     from gpudoctor.probes import report
 
+    if as_json:
+        probes = [{"id": p.id, "title": p.title, "confirms": list(p.confirms), "needs": list(p.needs),
+                   "timeout_s": p.timeout_s, "scope": p.scope} for p in registry.PROBES]
+        out.write(json.dumps({"probes": probes}, indent=2))
+        return EXIT_OK
     for probe in registry.PROBES:
         confirms = ",".join(probe.confirms) or "-"
         needs = f" [needs {', '.join(probe.needs)}]" if probe.needs else ""

@@ -1,0 +1,78 @@
+"""One run of several probes, here or on every rank of a launched job, ending in one report on rank 0."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from gpudoctor.probes import hostinfo, runner
+from gpudoctor.probes.base import Probe, Result, skipped
+
+REPORT_TIMEOUT_S = 60.0  # how long rank 0 waits for the other ranks' reports after its own probes finish
+ELSEWHERE = "runs on another rank of this job"
+
+
+@dataclass
+class Report:
+    results: list[Result]
+    job: hostinfo.Job | None = None
+    prints: bool = True  # False on the ranks other than 0: they ran, rank 0 speaks for them
+    missing_ranks: list[int] = field(default_factory=list)
+    node_rows: list[tuple[str, Result]] = field(default_factory=list)  # (host, result) where a node differs
+
+
+def run(probes: list[Probe], options: Mapping, parallel: int = 4, timeout_s: float | None = None,
+        on_done: Callable[[Result], None] | None = None, env: Mapping[str, str] | None = None) -> Report:
+    env = os.environ if env is None else env
+    job = hostinfo.job_from_env(env) if options.get("env") is None else None
+    if job is None:
+        return Report(runner.run_probes(probes, options, parallel, timeout_s, on_done))
+    from gpudoctor.probes import ranks
+
+    try:
+        ranks.host_job_store(job)
+    except Exception:  # the port is taken or unreachable: the probes that need the store report that themselves
+        pass
+    prefix = f"gpudoctor/{os.environ.get('TORCHELASTIC_RUN_ID', 'job')}/{job.restart}"
+    mine: list[Probe] = []
+    per_probe: dict[str, dict] = {}
+    for probe in probes:
+        if probe.scope == "job" or (probe.scope == "node" and job.local_rank == 0) or (
+                probe.scope == "once" and job.rank == 0):
+            mine.append(probe)
+            per_probe[probe.id] = dict(options, store_prefix=f"{prefix}/{probe.id}")
+    done = runner.run_probes(mine, options, parallel, timeout_s, on_done if job.rank == 0 else None,
+                             options_for=lambda p: per_probe[p.id])
+    ran = {r.probe: r for r in done}
+    results = [ran.get(p.id) or skipped(ELSEWHERE).with_run(p.id, 0.0) for p in probes]
+    report = Report(results, job, prints=job.rank == 0)
+    _exchange(report, job, prefix)
+    return report
+
+
+def _exchange(report: Report, job: hostinfo.Job, prefix: str) -> None:
+    """Every rank posts its results; rank 0 reads them all and keeps the node probes whose verdict differs."""
+    from gpudoctor.probes import ranks
+
+    try:
+        store = ranks.connect_job_store(job, f"{prefix}/report", REPORT_TIMEOUT_S)
+        ranks.post_json(store, str(job.rank), {"host": hostinfo.hostname(), "local_rank": job.local_rank,
+                                              "results": [r.to_dict() for r in report.results]})
+        if job.rank != 0:
+            return
+        keys = [str(r) for r in range(1, job.world_size)]
+        found, missing = ranks.collect_json(store, keys, REPORT_TIMEOUT_S)
+    except Exception as exc:  # rank 0 still prints its own view
+        report.missing_ranks = list(range(1, job.world_size)) if job.rank == 0 else []
+        report.results.append(skipped(f"could not gather the other ranks' reports: {type(exc).__name__}")
+                              .with_run("gather", 0.0))
+        return
+    report.missing_ranks = [int(k) for k in missing]
+    mine = {r.probe: r for r in report.results}
+    for key, data in found.items():
+        if data.get("local_rank") != 0:
+            continue  # node probes run on local rank 0; the other ranks' job probes are in rank 0's result
+        for result in (Result.from_dict(d) for d in data["results"]):
+            own = mine.get(result.probe)
+            if own is not None and result.status != own.status and result.summary != ELSEWHERE:
+                report.node_rows.append((data.get("host", f"rank {key}"), result))

@@ -1,0 +1,96 @@
+"""`gpudoctor probe` and `gpudoctor check` through main(argv) and as subprocesses: rows, exit codes, no torch."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpudoctor.probes import registry
+
+BLOCK_TORCH = textwrap.dedent("""
+    import sys
+    class _NoTorch:
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ModuleNotFoundError("No module named 'torch'")
+            return None
+    sys.meta_path.insert(0, _NoTorch())
+""")
+
+
+@pytest.fixture(scope="module")
+def check_json():
+    """One full `gpudoctor check --json` run, shared by the assertions below (it takes seconds)."""
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--json"], capture_output=True, text=True,
+                          timeout=120)
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def test_check_runs_every_probe_and_the_checklist(check_json):
+    code, data, err = check_json
+    assert code in (0, 1), err
+    assert [r["probe"] for r in data["results"]] == registry.ids()
+    assert not [r for r in data["results"] if r["status"] == "errored"], data["results"]
+    by_id = {r["probe"]: r for r in data["results"]}
+    assert by_id["collectives"]["status"] == "ruled_out" and "on 2 gloo ranks" in by_id["collectives"]["summary"]
+    assert [s["entries"] for s in data["checklist"]][:3] == [["MN1"], ["MN2", "MN3"], ["MN4"]]
+    assert data["seconds"] < 30
+    assert code == (1 if any(r["status"] == "confirmed" for r in data["results"]) else 0)
+
+
+def test_check_rows_fit_80_columns(cli):
+    res = cli("check", "--skip", "collectives", "--skip", "desync", "--skip", "versions")
+    assert res.code in (0, 1), res
+    lines = res.out.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    rows = [line for line in lines if line.split(" ")[0] in ("pass", "fail", "warn", "skip", "error")]
+    assert len(rows) == len(registry.PROBES) - 3 + 5
+
+
+def test_check_without_torch_skips_what_needs_it(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    env = {"PYTHONPATH": str(tmp_path), "NO_COLOR": "1", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--json"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    by_id = {r["probe"]: r for r in json.loads(proc.stdout)["results"]}
+    for probe in ("collectives", "desync", "versions"):
+        assert by_id[probe]["status"] == "skipped"
+        assert "torch is not installed" in by_id[probe]["summary"]
+    assert by_id["port"]["status"] == "ruled_out"
+
+
+def test_probe_rows_and_evidence_fit_80_columns(cli):
+    res = cli("probe", "nic", "timeouts", "mtu", "port")
+    assert res.code in (0, 1), res
+    assert all(len(line) <= 80 for line in res.out.splitlines())
+    assert res.out.splitlines()[0].split()[1] == "nic"
+
+
+def test_usage_errors(cli):
+    res = cli("probe", "nope")
+    assert res.code == 2 and "known probes: env, port" in res.err
+    res = cli("probe")
+    assert res.code == 2
+    res = cli("probe", "--for", "D4", "--max-size", "lots")
+    assert res.code == 2 and "--max-size" in res.err
+    res = cli("check", "--skip", "nope")
+    assert res.code == 2
+
+
+def test_list(cli):
+    res = cli("probe", "--list")
+    assert res.code == 0 and len(res.out.splitlines()) == len(registry.PROBES)
+
+
+@pytest.mark.parametrize("module", ["gpudoctor.probes", "gpudoctor.probes.runner", "gpudoctor.probes.registry",
+                                    "gpudoctor.probes.session", "gpudoctor.commands.probe",
+                                    "gpudoctor.commands.check", "gpudoctor.probes.collectives",
+                                    "gpudoctor.probes.desync", "gpudoctor.probes.versions"])
+def test_importing_probe_modules_leaves_torch_unloaded(module):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
