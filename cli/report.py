@@ -36,6 +36,8 @@ def to_json(diagnosis) -> dict:
                 "evidence": [dict(ev(e), signature=e.signature) for e in f.evidence],
                 "fix": f.fix, "probes": list(f.probes), "signatures": list(f.signatures),
                 "consequence_of": list(f.consequence_of), "explains": list(f.explains),
+                **({"probe_results": [r.to_dict() for r in diagnosis.probe_results[f.id]]}
+                   if f.id in diagnosis.probe_results else {}),
             }
             for f in diagnosis.findings
         ],
@@ -96,7 +98,14 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
             _evidence(out, e, single, w)
         for ln in _wrap("fix: " + f.fix, w - 4):
             out.write("    " + ln)
-        if f.probes:
+        if f.id in diagnosis.probe_results:
+            for res in diagnosis.probe_results[f.id]:
+                word = {"confirmed": "confirmed", "ruled_out": "ruled out", "inconclusive": "unclear",
+                        "skipped": "skipped", "errored": "error"}[res.status.value]
+                style = {"confirmed": "fail", "ruled_out": "ok"}.get(res.status.value, "dim")
+                out.write("    " + out.style(f"probe {res.probe}: {word}", style) + " " +
+                          fit(sanitize(res.summary), max(20, w - 18 - len(res.probe) - len(word))))
+        elif f.probes:
             out.write("    " + out.style("confirm: " + "; ".join(f"gpudoctor probe {p}" for p in f.probes), "dim"))
         out.write("    " + out.style(f"more: gpudoctor show {f.id}", "dim"))
     if diagnosis.ranks:
@@ -145,7 +154,10 @@ def render_markdown(diagnosis) -> str:
         for e in f.evidence:
             lines.append(redact(f"{e.file}:{e.line}: {sanitize(e.text).strip()}"))
         lines += ["```", "", f"**Fix:** {f.fix}", ""]
-        if f.probes:
+        if f.id in diagnosis.probe_results:
+            lines += [f"- probe `{r.probe}`: {r.status.value}: {redact(r.summary)}" for r in diagnosis.probe_results[f.id]]
+            lines.append("")
+        elif f.probes:
             lines += ["**Confirm:** " + ", ".join(f"`gpudoctor probe {p}`" for p in f.probes), ""]
     if diagnosis.ranks:
         lines += ["### Ranks", "", "| rank | status | done/enqueued | init | first error |", "|---|---|---|---|---|"]

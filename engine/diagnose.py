@@ -33,6 +33,7 @@ class Diagnosis:
     engine: str  # "hyperscan" or "python"
     flight: object | None = None  # gpudoctor.engine.flight.FlightReport
     notes: list[str] = field(default_factory=list)
+    probe_results: dict = field(default_factory=dict)  # entry id -> [probes Result], with --probe
 
 
 _PATTERN_CACHE: dict[int, PatternSet] = {}

@@ -30,6 +30,8 @@ def add_arguments(parser) -> None:
                         help="output format (default text; --json is the same as --format json)")
     parser.add_argument("--no-hyperscan", action="store_true", help="use the pure-Python matcher (same findings, slower)")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N findings (default 5)")
+    parser.add_argument("--probe", action="store_true",
+                        help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
 
 
 class _Progress:
@@ -54,6 +56,43 @@ class _Progress:
         if self.shown:
             self.err.stream.write("\r" + " " * 60 + "\r")
             self.err.stream.flush()
+
+
+PROBED_FINDINGS = 3  # the probes of this many top findings run with --probe
+
+
+def _run_probes(findings, err) -> dict:
+    """Run each distinct probe of the top findings once; entry id -> [Result] that speak to it."""
+    from gpudoctor.probes import registry, runner
+
+    wanted: list[str] = []
+    for finding in findings[:PROBED_FINDINGS]:
+        wanted += [p for p in finding.probes if p not in wanted]
+    probes = [registry.get(p) for p in wanted if registry.get(p) is not None]
+    if not probes:
+        return {}
+    if err.stream.isatty():
+        err.stream.write(f"running {len(probes)} probe(s): {', '.join(p.id for p in probes)}\n")
+    results = runner.run_probes(probes, _options_from_evidence(findings))
+    by_entry: dict[str, list] = {}
+    for probe, res in zip(probes, results):
+        for finding in findings:
+            if probe.id in finding.probes:
+                by_entry.setdefault(finding.id, []).append(res)
+    return by_entry
+
+
+def _options_from_evidence(findings) -> dict:
+    """Probe options the log itself gives away, e.g. the port a failed bind named."""
+    import re
+
+    options: dict = {}
+    for finding in findings:
+        for ev in finding.evidence:
+            m = re.search(r"\bport[:= ]+(\d{2,5})\b", ev.text)
+            if m and "port" not in options and 0 < int(m.group(1)) < 65536:
+                options["port"] = int(m.group(1))
+    return options
 
 
 def run(args, out) -> int:
@@ -87,6 +126,8 @@ def run(args, out) -> int:
     if all(i.bytes == 0 for i in result.inputs if i.kind == "log") and not any(i.kind == "flight" for i in result.inputs):
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
     result.findings = result.findings[: args.top]
+    if args.probe and result.findings:
+        result.probe_results = _run_probes(result.findings, args.err)
     if fmt == "json":
         from gpudoctor.report import to_json
 

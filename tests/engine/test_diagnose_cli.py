@@ -106,3 +106,21 @@ def test_output_fits_80_columns(cli_proc):
 def test_help_documents_exit_codes(cli_proc):
     r = cli_proc("diagnose", "--help")
     assert r.code == 0 and "exit codes" in r.out
+
+
+def test_probe_flag_runs_the_port_probe_against_the_port_the_log_names(cli_proc):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        log = (f"torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+               f"address. port: {port}, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n")
+        r = cli_proc("diagnose", "--probe", "--json", input=log.encode(), timeout=120)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    verdicts = doc["findings"][0]["probe_results"]
+    assert verdicts[0]["probe"] == "port"
+    assert verdicts[0]["status"] == "confirmed"
+    assert str(port) in verdicts[0]["summary"]

@@ -95,3 +95,13 @@ def test_entries_are_written_in_their_own_words(catalog):
         if shared:
             offenders.append((entry.id, " ".join(sorted(shared)[0])))
     assert offenders == []
+
+
+def test_entries_list_exactly_the_probes_that_confirm_them(catalog):
+    from gpudoctor.probes import registry
+
+    mapping = registry.entry_map()
+    for entry in catalog:
+        assert sorted(entry.probes) == sorted(mapping.get(entry.id, [])), entry.id
+        for probe_id in entry.probes:
+            assert registry.get(probe_id) is not None
