@@ -87,7 +87,7 @@ def diagnose(
         stream = open_source(source, stdin)
         problem = None
         try:
-            result = scanner.scan(stream, source.name, progress)
+            result = scanner.scan(stream, source.name, progress, None if source.compressed else source.size)
         except (OSError, EOFError) as exc:  # a truncated .gz, a read error half-way
             problem = f"{source.name}: read stopped early: {exc}"
             result = SourceScan(name=source.name)

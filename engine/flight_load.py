@@ -12,11 +12,7 @@ from dataclasses import dataclass
 
 # Enough for a 2000-entry buffer with stack traces many times over; a cap keeps a gzip bomb from filling memory.
 MAX_DUMP_BYTES = 512 * 1024 * 1024
-# How much of a file `looks_like_dump` wants to see; callers may pass less.
-SNIFF_BYTES = 4096
-
-_GZIP_MAGIC = b"\x1f\x8b"
-_TOP_KEYS = ("pg_config", "pg_status", "entries")
+from gpudoctor.engine.flight_sniff import _GZIP_MAGIC, _TOP_KEYS, SNIFF_BYTES, looks_like_dump  # noqa: F401
 _RANK_IN_NAME = re.compile(r"(\d+)$")
 _NAME_SUFFIXES = (".gz", ".json", ".pkl", ".pickle", ".bin", ".txt")
 
@@ -88,19 +84,6 @@ class Dump:
     entries: tuple[Entry, ...]
     pg_config: tuple[PgConfig, ...]
     pg_status: tuple[PgStatus, ...]
-
-
-def looks_like_dump(head: bytes) -> bool:
-    """Cheap guess from a file's first bytes (SNIFF_BYTES is plenty); `load_dump` has the final word."""
-    if head.startswith(_GZIP_MAGIC):
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, SNIFF_BYTES)
-        except zlib.error:
-            return False
-    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-        return any(key.encode() in head for key in _TOP_KEYS)
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    return text.startswith(b"{") and any(f'"{key}"'.encode() in text for key in (*_TOP_KEYS, "collective_seq_id"))
 
 
 def rank_from_path(path: str) -> int | None:

@@ -63,7 +63,7 @@ def _scan_range(job: tuple[str, str, int, int]) -> SourceScan:
     name, path, start, end = job
     stream = _Range(path, start, end)
     try:
-        return _SCANNER.scan(stream, name, _bump)
+        return _SCANNER.scan(stream, name, _bump, end - start)
     finally:
         stream.close()
 
@@ -74,7 +74,7 @@ def _scan_file(job: tuple[Source, None]) -> SourceScan:
     source = job[0]
     stream = open_source(source)
     try:
-        return _SCANNER.scan(stream, source.name, _bump)
+        return _SCANNER.scan(stream, source.name, _bump, None if source.compressed else source.size)
     finally:
         stream.close()
 

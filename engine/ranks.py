@@ -266,8 +266,10 @@ def _derive(state: _State) -> None:
             ev = ranks[0].first_error
             if ev is not None:
                 state.signal("ranks-in-different-collectives", ev.file, Hit(ev.line, ev.text))
-        smallest = min(blocked.values(), key=len)
-        for r in smallest:
+        fewest = min(len(v) for v in blocked.values())
+        # every smallest group is a candidate odd one out (a 1-vs-1 tie has two)
+        for r in (r for group in blocked.values() if len(group) == fewest for r in group):
+            smallest = [x for x in blocked.values() if r in x][0]
             caller = r.blocked_from
             gated_name = caller is not None and _GATED_FUNCTION.search(caller.signature or "")
             # rank 0 alone in another collective is the `if rank == 0:` branch in all but name

@@ -71,10 +71,13 @@ class Scanner:
         self.engine = "hyperscan" if self.db is not None else "python"
         self._exact, self._folded, self._bare = patterns.literal_table()
 
-    def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None) -> SourceScan:
+    def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None,
+             size_hint: int | None = None) -> SourceScan:
         """Read the stream in chunks into one reused buffer; only whole lines reach the patterns."""
         result = SourceScan(name=name)
-        buffer = bytearray(CHUNK + MAX_LINE)
+        # a small file gets a small buffer: zeroing 17 MB costs more than scanning 10 KB
+        chunk = CHUNK if size_hint is None else max(1 << 16, min(CHUNK, size_hint + 1))
+        buffer = bytearray(chunk + MAX_LINE)
         view = memoryview(buffer)
         readinto = getattr(stream, "readinto", None)
         held = 0  # bytes of an unfinished last line kept at the front of the buffer
@@ -82,9 +85,9 @@ class Scanner:
         partial = False  # the last block ended inside one enormous line
         while True:
             if readinto is not None:
-                n = readinto(view[held : held + CHUNK])
+                n = readinto(view[held : held + chunk])
             else:
-                data = stream.read(CHUNK)
+                data = stream.read(chunk)
                 n = len(data)
                 buffer[held : held + n] = data
             if not n:

@@ -68,7 +68,7 @@ def _file_source(path: Path, shown: str) -> Source:
                 head = fh.read(4096)
         except (OSError, EOFError) as exc:
             raise InputError(f"{shown}: not a readable gzip file ({exc})") from None
-    from gpudoctor.engine.flight import looks_like_dump
+    from gpudoctor.engine.flight_sniff import looks_like_dump
 
     rank, local_rank, attempt = rank_hints(shown)
     return Source(
