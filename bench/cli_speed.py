@@ -31,6 +31,8 @@ def main() -> int:
     parser.add_argument("--target", type=float, default=6.0)
     args = parser.parse_args()
     env = dict(os.environ, NO_COLOR="1", COLUMNS="80")
+    # measure what users run: with cached bytecode (some shells export PYTHONDONTWRITEBYTECODE)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     exe = [sys.executable, "-m", "gpudoctor"]
     subprocess.run(exe + ["list"], stdout=subprocess.DEVNULL, env=env, check=True)  # warm the catalogue cache
     base, runs = [], {name: [] for name in COMMANDS}

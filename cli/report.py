@@ -6,17 +6,24 @@ import re
 from gpudoctor.common import fit
 from gpudoctor.term import Out, sanitize
 
-_SECRETS = [
-    (re.compile(r"\b(hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{16,}|"
-                r"xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{16,})\b"), "<redacted>"),
-    (re.compile(r"(?i)\b(bearer|token)\s+[A-Za-z0-9._~+/=-]{12,}"), r"\1 <redacted>"),
-    (re.compile(r"(?i)([A-Za-z0-9_]*(?:token|secret|passwd|password|api[_-]?key|access[_-]?key|auth)[A-Za-z0-9_]*"
-                r"[\"']?\s*[=:]\s*[\"']?)[^\s\"',;]+"), r"\1<redacted>"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1<redacted>@"),
-]
+def _secret_patterns():
+    return [
+        (re.compile(r"\b(hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|sk-[A-Za-z0-9_-]{16,}|"
+                    r"xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|glpat-[A-Za-z0-9_-]{16,})\b"), "<redacted>"),
+        (re.compile(r"(?i)\b(bearer|token)\s+[A-Za-z0-9._~+/=-]{12,}"), r"\1 <redacted>"),
+        (re.compile(r"(?i)([A-Za-z0-9_]*(?:token|secret|passwd|password|api[_-]?key|access[_-]?key|auth)[A-Za-z0-9_]*"
+                    r"[\"']?\s*[=:]\s*[\"']?)[^\s\"',;]+"), r"\1<redacted>"),
+        (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1<redacted>@"),
+        ]
+
+
+_SECRETS: list | None = None  # compiled on first use: only --format markdown redacts
 
 
 def redact(text: str) -> str:
+    global _SECRETS
+    if _SECRETS is None:
+        _SECRETS = _secret_patterns()
     for pattern, repl in _SECRETS:
         text = pattern.sub(repl, text)
     return text

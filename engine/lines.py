@@ -519,70 +519,23 @@ _WEAK: tuple[_Rule, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Dispatch:
-    """The rules a first character can start, tried as one alternation so a miss costs one C call."""
-
-    plain: re.Pattern[str]  # rules valid anywhere
-    after_ts: re.Pattern[str]  # the same plus those valid only right after a timestamp
-    rules: dict[str, tuple[_Rule, re.Pattern[str]]]  # group name -> the rule and its own compiled regex
-
-
-def _without_captures(pattern: str) -> str:
-    """The same regex with its capturing groups made non-capturing: sre's cost per
-    call grows with the group count, and the alternation only needs to say which rule."""
-    out: list[str] = []
-    i, in_class = 0, False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            out.append(pattern[i : i + 2])
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
-            if pattern[j : j + 1] == "]":  # a "]" first in a class is literal
-                out.append(pattern[i : j + 1])
-                i = j + 1
-                continue
-        elif c == "(" and pattern[i + 1 : i + 2] != "?":
-            out.append("(?:")
-            i += 1
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _alternation(named: list[tuple[str, _Rule]]) -> re.Pattern[str]:
-    # First alternative that matches wins, as in a loop over the rules; each
-    # alternative's only group is its name, so Match.lastgroup names the rule.
-    alts = "|".join(f"(?P<{name}>{_without_captures(rule.regex.pattern)})" for name, rule in named)
-    return re.compile(alts or "(?!)", re.ASCII)
-
-
 class _Table:
-    """First character -> _Dispatch, each built the first time a line starts with that character."""
+    """First character -> the rules a line can start with there, in priority order.
+
+    Rules are tried one by one, each regex compiled once per process on first use. One big
+    alternation per character matched a little faster per line, but compiling those
+    alternations cost ~100 ms at start-up, and only a handful of lines ever reach this code.
+    """
 
     def __init__(self, rules: tuple[_Rule, ...]):
         assert all(not r.after or r.after == _TS_KINDS for r in rules)  # one context kind is all we need
-        self._named = [(f"r{i}", rule) for i, rule in enumerate(rules)]
-        self._chars = {c for rule in rules for c in rule.first_chars}
-        self._built: dict[str, _Dispatch] = {}
+        self._by_char: dict[str, list[_Rule]] = {}
+        for rule in rules:
+            for ch in rule.first_chars:
+                self._by_char.setdefault(ch, []).append(rule)
 
-    def get(self, ch: str) -> _Dispatch | None:
-        entry = self._built.get(ch)
-        if entry is None and ch in self._chars:
-            here = [(name, rule) for name, rule in self._named if ch in rule.first_chars]
-            entry = self._built[ch] = _Dispatch(
-                plain=_alternation([(nm, r) for nm, r in here if not r.after]),
-                after_ts=_alternation(here),
-                rules={nm: (r, re.compile(r.regex.pattern, re.ASCII)) for nm, r in here},
-            )
-        return entry
+    def get(self, ch: str) -> list[_Rule] | None:
+        return self._by_char.get(ch)
 
 
 def _index(rules: tuple[_Rule, ...]) -> _Table:
@@ -594,16 +547,23 @@ _WEAK_BY_CHAR = _index(_WEAK)
 
 
 def _match(table: _Table, text: str, pos: int, last: str | None, outer: bool = True):
-    entry = table.get(text[pos])
-    if entry is None:
+    rules = table.get(text[pos])
+    if not rules:
         return None
-    m = (entry.after_ts if last in _TS_KINDS else entry.plain).match(text, pos)
-    if m is None or m.end() == pos:
-        return None
-    rule, regex = entry.rules[m.lastgroup]
-    if rule.outer_only and not outer:
-        return None  # no other rule matches "12: " either, so nothing is lost by stopping
-    return rule, regex.match(text, pos)  # again on its own, for the rule's own group numbers
+    after_ts = last in _TS_KINDS
+    for rule in rules:
+        if rule.after and not after_ts:
+            continue
+        m = rule.regex.match(text, pos)
+        if m is None:
+            continue
+        # the first rule that matches decides, as the alternation did
+        if m.end() == pos:
+            return None
+        if rule.outer_only and not outer:
+            return None  # no other rule matches "12: " either, so nothing is lost by stopping
+        return rule, m
+    return None
 
 
 _new = object.__new__

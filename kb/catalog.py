@@ -5,11 +5,9 @@ import os
 import pickle
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpudoctor.kb.loader import KBError, load_file
 from gpudoctor.kb.model import SECTIONS, Entry
 
 BUILTIN_DIR = Path(__file__).resolve().parent
@@ -36,8 +34,15 @@ def id_sort_key(entry: Entry) -> tuple:
 class Catalog:
     entries: dict[str, Entry]
     problems: list[str] = field(default_factory=list)
-    index: object | None = None  # gpudoctor.kb.search.SearchIndex, built on demand
+    index: object | None = None  # gpudoctor.kb.search.SearchIndex, built on demand, cached on its own
     rendered: dict[str, list] = field(default_factory=dict)  # id -> parsed Markdown blocks
+    fingerprint: tuple | None = None  # of the files it was built from, for the side caches
+
+    def __getstate__(self):
+        # the search index has its own cache file: commands other than search never unpickle it
+        state = dict(self.__dict__)
+        state["index"] = None
+        return state
 
     def titles(self) -> dict[str, str]:
         return {e.id: e.title for e in self.entries.values()}
@@ -97,9 +102,21 @@ class Catalog:
 
     def search_index(self):
         if self.index is None:
+            path = _cache_path("search-index.pickle")
+            if path is not None and self.fingerprint is not None:
+                try:
+                    with open(path, "rb") as fh:
+                        stored_fp, index = pickle.load(fh)
+                    if stored_fp == self.fingerprint:
+                        self.index = index
+                        return index
+                except Exception:  # missing, stale or damaged: rebuilt below
+                    pass
             from gpudoctor.kb.search import SearchIndex
 
             self.index = SearchIndex.build(self.entries.values())
+            if path is not None and self.fingerprint is not None:
+                _write_cache(path, (self.fingerprint, self.index))
         return self.index
 
 
@@ -142,13 +159,15 @@ def cache_dir() -> Path | None:
     return (Path(base) if base else Path.home() / ".cache") / "gpudoctor"
 
 
-def _cache_path() -> Path | None:
+def _cache_path(name: str = "catalog.pickle") -> Path | None:
     root = cache_dir()
-    return None if root is None else root / "catalog.pickle"
+    return None if root is None else root / name
 
 
 def build_catalog(roots: list[tuple[Path, bool]]) -> Catalog:
     """Load every file; a broken file becomes a problem line and never hides the others."""
+    from gpudoctor.kb.loader import KBError, load_file
+
     entries: dict[str, Entry] = {}
     problems: list[str] = []
     for root, builtin in roots:
@@ -192,6 +211,7 @@ def load_catalog(extra_dirs: list[str] | None = None, *, use_cache: bool = True)
         except Exception:  # a missing, stale or corrupt cache is rebuilt
             pass
     catalog = build_catalog(roots)
+    catalog.fingerprint = fingerprint
     if cache is not None:
         catalog.prepare()  # built once here so that cached runs never pay for it
         _write_cache(cache, (fingerprint, catalog))
@@ -199,6 +219,8 @@ def load_catalog(extra_dirs: list[str] | None = None, *, use_cache: bool = True)
 
 
 def _write_cache(path: Path, payload: object) -> None:
+    import tempfile
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".catalog-", suffix=".tmp")
