@@ -41,6 +41,11 @@ class Pattern:
     literals: frozenset[str] | None  # one of these occurs in every match (lower-cased when caseless)
     signature: Signature | None = None
 
+    @property
+    def single(self) -> bool:
+        """Context lines only need to be seen once per block: they may be common (every NCCL line)."""
+        return self.signature is not None and self.signature.context
+
 
 class PatternSet:
     """Compiled once per catalogue: Python regexes for verification, hyperscan or literals for speed."""
@@ -90,7 +95,8 @@ class PatternSet:
         exprs, flags = [], []
         for p in self.patterns:
             exprs.append(_prefilter_regex(p.regex).encode("utf-8"))
-            flags.append((hyperscan.HS_FLAG_CASELESS if p.caseless else 0) | hyperscan.HS_FLAG_MULTILINE)
+            flags.append((hyperscan.HS_FLAG_CASELESS if p.caseless else 0) | hyperscan.HS_FLAG_MULTILINE
+                         | (hyperscan.HS_FLAG_SINGLEMATCH if p.single else 0))
         ids = [p.index for p in self.patterns]
         cache = _hs_cache_path(exprs, flags, ids)
         if cache is not None and cache.is_file():
@@ -118,19 +124,24 @@ class PatternSet:
         self._hs = db
         return db
 
-    def literal_table(self) -> tuple[list[tuple[str, list[int]]], list[tuple[str, list[int]]], list[int]]:
-        """(case-sensitive literals, caseless literals, patterns with no literal) for the pure-Python path."""
+    def literal_table(self):
+        """(case-sensitive literals, caseless literals, patterns with no literal, single-match patterns)
+        for the pure-Python path."""
         exact: dict[str, list[int]] = {}
         folded: dict[str, list[int]] = {}
         bare: list[int] = []
+        singles: list[Pattern] = []
         for p in self.patterns:
             if not p.literals:
                 bare.append(p.index)
                 continue
+            if p.single:
+                singles.append(p)
+                continue
             table = folded if p.caseless else exact
             for lit in p.literals:
                 table.setdefault(lit, []).append(p.index)
-        return sorted(exact.items()), sorted(folded.items()), bare
+        return sorted(exact.items()), sorted(folded.items()), bare, singles
 
 
 def _hs_cache_path(exprs: list[bytes], flags: list[int], ids: list[int]):

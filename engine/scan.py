@@ -69,7 +69,7 @@ class Scanner:
         self.patterns = patterns
         self.db = patterns.hyperscan() if use_hyperscan else None
         self.engine = "hyperscan" if self.db is not None else "python"
-        self._exact, self._folded, self._bare = patterns.literal_table()
+        self._exact, self._folded, self._bare, self._singles = patterns.literal_table()
 
     def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None,
              size_hint: int | None = None) -> SourceScan:
@@ -167,6 +167,27 @@ class Scanner:
                     if nl < 0:
                         break
                     pos = haystack.find(needle, nl + 1, end)
+        lowered = None
+        for p in self._singles:
+            # like hyperscan's single-match mode: the first line of the block that really matches
+            if p.caseless and lowered is None:
+                lowered = block[:end].lower()
+            haystack = lowered if p.caseless else block
+            regex = self.patterns.regex(p.index)
+            best = None
+            for literal in p.literals:
+                needle = literal.encode("utf-8")
+                pos = haystack.find(needle, 0, end if best is None else best)
+                while pos >= 0:
+                    start = block.rfind(b"\n", 0, pos) + 1
+                    nl = block.find(b"\n", pos, end)
+                    nl = end if nl < 0 else nl
+                    if regex.search(_decode(block[start:min(nl, start + MAX_TEXT * 2)])):
+                        best = start if best is None else min(best, start)
+                        break
+                    pos = haystack.find(needle, nl + 1, end if best is None else best)
+            if best is not None:
+                add(best, (p.index,), best)
         if self._bare:  # patterns without a literal (none in the shipped catalogue): every line
             start = 0
             while start < end:
