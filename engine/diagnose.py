@@ -56,7 +56,7 @@ def diagnose(
     progress: Callable[[int], None] | None = None,
 ) -> Diagnosis:
     """Scan the sources and explain them. Raises InputError for a source that cannot be opened at all."""
-    from gpudoctor.engine.ranks import analyze_ranks
+    from gpudoctor.engine.ranks import RankAnalysis
 
     patterns = pattern_set(catalog)
     # for a few MB the literal prefilter is faster than loading hyperscan; stdin may be any size
@@ -67,13 +67,17 @@ def diagnose(
     inputs: list[InputSummary] = []
     dumps = []
     logs = [s for s in sources if not s.flight]
+    analysis = RankAnalysis(patterns, len(logs) > 1)
     done: dict[int, SourceScan] = {}
     if not small:
         from gpudoctor.engine.parallel import scan_parallel
 
-        results = scan_parallel(scanner, logs, progress)
+        # the rank reading of each finished source overlaps the workers' scanning of the rest
+        results = scan_parallel(scanner, logs, progress, lambda i, scan: analysis.add(logs[i], scan))
         if results is not None:
             done = {id(s): r for s, r in zip(logs, results)}
+        else:
+            analysis = RankAnalysis(patterns, len(logs) > 1)  # a failed pool may have fed it a few
     for source in sources:
         if source.flight:
             dumps.append(_load_dump(source))
@@ -95,6 +99,7 @@ def diagnose(
             if source.path is not None:
                 stream.close()
         scans.append((source, result))
+        analysis.add(source, result)
         inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem))
 
     matched: dict[str, dict[str, SignatureHits]] = {}
@@ -111,7 +116,7 @@ def diagnose(
         from gpudoctor.engine.flight import analyze
 
         flight_report = analyze(dumps)
-    ranks, verdict, signals = analyze_ranks(scans, patterns, flight_report)
+    ranks, verdict, signals = analysis.finish(flight_report)
     entries = {e.id: e for e in catalog}
 
     def add_signal(name: str) -> None:

@@ -68,15 +68,17 @@ def _scan_range(job: tuple[str, str, int, int]) -> SourceScan:
         stream.close()
 
 
-def _scan_file(job: tuple[Source, None]) -> SourceScan:
+def _scan_files(job: list[Source]) -> list[SourceScan]:
     from gpudoctor.engine.sources import open_source
 
-    source = job[0]
-    stream = open_source(source)
-    try:
-        return _SCANNER.scan(stream, source.name, _bump, None if source.compressed else source.size)
-    finally:
-        stream.close()
+    out = []
+    for source in job:
+        stream = open_source(source)
+        try:
+            out.append(_SCANNER.scan(stream, source.name, _bump, None if source.compressed else source.size))
+        finally:
+            stream.close()
+    return out
 
 
 def _bump(n: int) -> None:
@@ -118,8 +120,13 @@ def merge(parts: list[SourceScan]) -> SourceScan:
     return total
 
 
-def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[int], None] | None = None):
-    """Scans of the plain-file sources, in their order, using a pool of forked workers; None if not worth it."""
+def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[int], None] | None = None,
+                  on_result: Callable[[int, SourceScan], None] | None = None):
+    """Scans of the plain-file sources, in their order, using a pool of forked workers; None if not worth it.
+
+    on_result(i, scan) is called in source order as soon as each source is complete, so that the
+    caller's own work overlaps the workers' scanning.
+    """
     import multiprocessing as mp
 
     n = workers()
@@ -130,40 +137,56 @@ def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[i
         ctx = mp.get_context("fork")
     except ValueError:  # no fork on this platform: one process it is
         return None
-    jobs: list[tuple[int, object]] = []  # (source index, job)
+    jobs: list[tuple[list[int], object]] = []  # (source indexes, job)
+    small: list[int] = []
     for i, s in enumerate(sources):
         if not s.compressed and (s.size or 0) >= SPLIT_FROM_BYTES:
             pts = _split_points(s.path, s.size, n)
-            jobs += [(i, ("range", (s.name, str(s.path), a, b))) for a, b in zip(pts, pts[1:])]
+            jobs += [([i], ("range", (s.name, str(s.path), a, b))) for a, b in zip(pts, pts[1:])]
         else:
-            jobs.append((i, ("file", (s, None))))
+            small.append(i)
+    # many small files go out in batches: one round trip each rather than one per file
+    per_batch = max(1, min(64, len(small) // (4 * n) or 1))
+    for k in range(0, len(small), per_batch):
+        batch = small[k : k + per_batch]
+        jobs.append((batch, ("files", [sources[i] for i in batch])))
     global _SCANNER, _COUNTER
     _SCANNER, _COUNTER = scanner, ctx.Value("q", 0)
     try:
-        return _run_pool(ctx, n, jobs, sources, progress)
+        return _run_pool(ctx, n, jobs, sources, progress, on_result)
     except Exception:  # a worker that could not read its file: the caller rescans in order and reports it
         return None
     finally:
         _SCANNER, _COUNTER = None, None
 
 
-def _run_pool(ctx, n, jobs, sources, progress):
-    import time
-
+def _run_pool(ctx, n, jobs, sources, progress, on_result):
+    parts_left = {}
+    for indexes, _ in jobs:
+        for i in indexes:
+            parts_left[i] = parts_left.get(i, 0) + 1
+    by_source: dict[int, list[SourceScan]] = {}
+    finished: list[SourceScan | None] = [None] * len(sources)
+    shown = 0
     with ctx.Pool(min(n, len(jobs))) as pool:
         pending = [
-            pool.apply_async(_scan_range if kind == "range" else _scan_file, (job,)) for _, (kind, job) in jobs
+            pool.apply_async(_scan_range if kind == "range" else _scan_files, (job,)) for _, (kind, job) in jobs
         ]
-        shown = 0
-        while not all(p.ready() for p in pending):
-            time.sleep(0.05)
-            if progress is not None and _COUNTER.value > shown:
-                progress(_COUNTER.value - shown)
-                shown = _COUNTER.value
-        results = [p.get() for p in pending]
+        for (indexes, (kind, _)), future in zip(jobs, pending):
+            while not future.ready():
+                future.wait(0.05)
+                if progress is not None and _COUNTER.value > shown:
+                    progress(_COUNTER.value - shown)
+                    shown = _COUNTER.value
+            result = future.get()
+            for i, scan in zip(indexes, [result] if kind == "range" else result):
+                by_source.setdefault(i, []).append(scan)
+                parts_left[i] -= 1
+                if parts_left[i] == 0:
+                    parts = by_source.pop(i)
+                    finished[i] = merge(parts) if len(parts) > 1 else parts[0]
+                    if on_result is not None:
+                        on_result(i, finished[i])
         if progress is not None and _COUNTER.value > shown:
             progress(_COUNTER.value - shown)
-    by_source: dict[int, list[SourceScan]] = {}
-    for (i, _), result in zip(jobs, results):
-        by_source.setdefault(i, []).append(result)
-    return [merge(by_source[i]) if len(by_source[i]) > 1 else by_source[i][0] for i in range(len(sources))]
+    return finished

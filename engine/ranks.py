@@ -48,6 +48,19 @@ class RankReport:
     _first_epoch: float | None = field(default=None, repr=False)
 
 
+# every prefix that carries a rank has one of these near the start of the line
+_RANK_PREFIX_HINT = re.compile(r"\[(?:rank|default|trainer|worker)?\d+\]:|\[\d+,\d+\]<|rank=\d|\[Rank \d")
+
+
+def prefix_rank(text: str) -> int | None:
+    """The rank a line's prefix names, without parsing lines that cannot carry one."""
+    from gpudoctor.engine.lines import parse_prefix
+
+    if not _RANK_PREFIX_HINT.search(text, 0, 200):
+        return None
+    return parse_prefix(text).rank
+
+
 def classify(text: str) -> str:
     """crash (the rank's own error), timeout, lost-peer (a consequence of another rank), desync."""
     if _DESYNC.search(text):
@@ -77,23 +90,39 @@ class _State:
             found.append((file, hit))
 
 
+class RankAnalysis:
+    """Per-rank reading of each source as it is scanned, then the cross-rank judgement at the end."""
+
+    def __init__(self, patterns: PatternSet, per_rank_files: bool):
+        self.index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
+        self.state = _State()
+        self.per_rank_files = per_rank_files  # a rank in a file name means something only among several files
+
+    def add(self, source, scan) -> None:
+        _read_source(self.state, source, scan, self.index, self.per_rank_files)
+
+    def finish(self, flight=None):
+        """(per-rank reports sorted by rank, verdict sentences, derived signals name -> [(file, Hit)])."""
+        state = self.state
+        if flight is not None:
+            _merge_flight(state.reports, flight)
+        if state.world and len(state.reports) > 1:
+            for rank in range(state.world):
+                if rank not in state.reports:
+                    state.reports[rank] = RankReport(rank, status="missing")
+        _derive(state)
+        reports = state.reports
+        judged = len(reports) > 1 or any(r.first_error for r in reports.values())
+        verdict = _judge(reports, state.world, state.orphan_crashes) if judged else []
+        return sorted(reports.values(), key=lambda r: r.rank), verdict, state.signals
+
+
 def analyze_ranks(scans, patterns: PatternSet, flight=None):
-    """(per-rank reports sorted by rank, verdict sentences, derived signals name -> [(file, Hit)])."""
-    index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
-    state = _State()
-    per_rank_files = len(scans) > 1  # a rank in a file name means something only among several files
+    """RankAnalysis over a list of (source, scan) pairs."""
+    analysis = RankAnalysis(patterns, len(scans) > 1)
     for source, scan in scans:
-        _read_source(state, source, scan, index, per_rank_files)
-    if flight is not None:
-        _merge_flight(state.reports, flight)
-    if state.world and len(state.reports) > 1:
-        for rank in range(state.world):
-            if rank not in state.reports:
-                state.reports[rank] = RankReport(rank, status="missing")
-    _derive(state)
-    reports = state.reports
-    verdict = _judge(reports, state.world, state.orphan_crashes) if (len(reports) > 1 or any(r.first_error for r in reports.values())) else []
-    return sorted(reports.values(), key=lambda r: r.rank), verdict, state.signals
+        analysis.add(source, scan)
+    return analysis.finish(flight)
 
 
 def _hint(source, per_rank_files: bool) -> int | None:
@@ -117,8 +146,8 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             if not m:
                 continue
             state.world = max(state.world or 0, int(m.group(2)))
-            prefix_rank = parse_prefix(hit.text).rank
-            rank = prefix_rank if prefix_rank is not None else int(m.group(1))
+            named_rank = prefix_rank(hit.text)
+            rank = named_rank if named_rank is not None else int(m.group(1))
             named.add(rank)
             state.rank(rank).init_complete = True
         if hint is None and len(named) == 1:
@@ -126,7 +155,7 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
     seen: set[int] = set()
 
     def rank_of(text: str) -> int | None:
-        rank = parse_prefix(text).rank
+        rank = prefix_rank(text)
         return hint if rank is None else rank
 
     # tracebacks first: they say what each rank raised and where it was blocked
@@ -191,12 +220,18 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
         r = state.rank(rank)
         if scan.name not in r.sources:
             r.sources.append(scan.name)
-    for line_no, text in scan.tail:
-        rank = rank_of(text) if hint is None else hint
-        if rank is not None and rank in state.reports:
-            r = state.reports[rank]
-            r.last_line = Evidence(scan.name, line_no, text, "last-line")
-            r.last_time = parse_prefix(text).timestamp or r.last_time
+    if hint is not None and scan.tail and hint in state.reports:
+        line_no, text = scan.tail[-1]  # a per-rank file: its last line is that rank's last word
+        r = state.reports[hint]
+        r.last_line = Evidence(scan.name, line_no, text, "last-line")
+        r.last_time = parse_prefix(text).timestamp or r.last_time
+    elif hint is None:
+        for line_no, text in scan.tail:
+            rank = prefix_rank(text)
+            if rank is not None and rank in state.reports:
+                r = state.reports[rank]
+                r.last_line = Evidence(scan.name, line_no, text, "last-line")
+                r.last_time = parse_prefix(text).timestamp or r.last_time
 
 
 def _find_line(lines: list[str], start: int, end: int, needle: str) -> int | None:

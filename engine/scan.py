@@ -77,7 +77,8 @@ class Scanner:
         result = SourceScan(name=name)
         # a small file gets a small buffer: zeroing 17 MB costs more than scanning 10 KB
         chunk = CHUNK if size_hint is None else max(1 << 16, min(CHUNK, size_hint + 1))
-        buffer = bytearray(chunk + MAX_LINE)
+        # a file that fits in one read never carries a partial line into a second one
+        buffer = bytearray(chunk + (1 if size_hint is not None and size_hint < chunk else MAX_LINE))
         view = memoryview(buffer)
         readinto = getattr(stream, "readinto", None)
         held = 0  # bytes of an unfinished last line kept at the front of the buffer
