@@ -104,7 +104,10 @@ def build_findings(entries: dict[str, Entry], matched: dict[str, dict[str, Signa
         for sid in used:
             for file, hit in matched[eid][sid].lines:
                 evidence.append(Evidence(file, hit.line_no, hit.text, sid))
-        evidence = _dedupe(evidence)[:MAX_EVIDENCE]
+        sigs = {sig.id: sig for sig in entry.signatures}
+        # the lines of the strongest signatures first; context lines last
+        evidence = sorted(_dedupe(evidence), key=lambda ev: (sigs[ev.signature].context, -sigs[ev.signature].weight,
+                                                              ev.file, ev.line))[:MAX_EVIDENCE]
         findings.append(Finding(
             id=eid, title=entry.title, score=round(adjusted[eid], 3), evidence=tuple(evidence),
             fix=entry.fix_summary, probes=entry.probes, signatures=tuple(used),
