@@ -47,7 +47,8 @@ def score_entry(entry: Entry, matched: dict[str, SignatureHits]) -> tuple[float,
     """Noisy-OR of the weights of matched signatures whose co-requirements hold; context only adds."""
     present = {sid for sid, h in matched.items() if h.count}
     effective = [s for s in entry.signatures if s.id in present and all(n in present for n in s.needs)
-                 and all(_comes_after(matched[s.id], matched.get(a)) for a in s.after)]
+                 and all(_comes_after(matched[s.id], matched.get(a)) for a in s.after)
+                 and len({file for file, _ in matched[s.id].lines}) >= s.min_files]
     strong = [s for s in effective if not s.context]
     if not strong:
         return 0.0, []

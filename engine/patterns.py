@@ -55,6 +55,7 @@ class PatternSet:
         self._compiled: list[re.Pattern | None] = [None] * len(patterns)
         self._hs = None
         self._hs_tried = False
+        self.prefiltered: list[int] = []  # patterns hyperscan could only take in prefilter mode
 
     def regex(self, index: int) -> re.Pattern:
         """The Python regex of one pattern, compiled the first time a line needs it."""
@@ -107,22 +108,38 @@ class PatternSet:
                 return db
             except Exception:  # a stale or damaged cache is rebuilt below
                 pass
-        db = None
-        for extra in (0, hyperscan.HS_FLAG_PREFILTER):
-            # exact matching first; where hyperscan cannot take an expression as written, let it
-            # find a superset, which Python verifies line by line anyway
-            try:
-                db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-                db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=[f | extra for f in flags])
-                break
-            except Exception:
-                db = None
+        db = self._compile_hs(hyperscan, exprs, flags, ids)
         if db is None:  # the literal path gives the same findings
             return None
         if cache is not None:
             _write_bytes(cache, hyperscan.dumpb(db))
         self._hs = db
         return db
+
+    def _compile_hs(self, hyperscan, exprs, flags, ids):
+        """Exact matching where hyperscan can take an expression as written; prefilter mode (a
+        superset that Python verifies line by line) only for the few it cannot."""
+        def build(all_flags):
+            db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+            db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=all_flags)
+            return db
+
+        try:
+            return build(flags)
+        except Exception:
+            pass
+        mixed = list(flags)
+        for k, (expr, flag) in enumerate(zip(exprs, flags)):
+            try:
+                hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK).compile(expressions=[expr], ids=[0], elements=1,
+                                                                          flags=[flag])
+            except Exception:
+                mixed[k] = flag | hyperscan.HS_FLAG_PREFILTER
+        self.prefiltered = [ids[k] for k in range(len(ids)) if mixed[k] != flags[k]]
+        try:
+            return build(mixed)
+        except Exception:
+            return None
 
     def literal_table(self):
         """(case-sensitive literals, caseless literals, patterns with no literal, single-match patterns)

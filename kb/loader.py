@@ -194,7 +194,7 @@ def _reference(c: _Checker, raw: Any, i: int) -> Reference:
 def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
     out: list[Signature] = []
     seen: set[str] = set()
-    allowed = {"id", "regex", "literal", "derived", "weight", "needs", "after", "context", "ignore_case"}
+    allowed = {"id", "regex", "literal", "derived", "weight", "needs", "after", "min_files", "context", "ignore_case"}
     for i, item in enumerate(c.items(raw, "signatures")):
         where = f"signatures[{i}]"
         item = c.mapping(item, where, allowed, ("id", "weight"))
@@ -234,6 +234,9 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
         weight = item["weight"]
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
             raise c.fail(f"{where}.weight", f"expected a number in (0, 1], got {weight!r}")
+        min_files = item.get("min_files", 1)
+        if isinstance(min_files, bool) or not isinstance(min_files, int) or min_files < 1:
+            raise c.fail(f"{where}.min_files", f"expected a whole number >= 1, got {min_files!r}")
         context = item.get("context", False)
         if not isinstance(context, bool):
             raise c.fail(f"{where}.context", "expected true or false")
@@ -248,6 +251,7 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
                 literals=tuple(sorted(literals or ())),
                 needs=c.texts(item.get("needs"), f"{where}.needs"),
                 after=c.texts(item.get("after"), f"{where}.after"),
+                min_files=min_files,
                 context=context,
                 ignore_case=ignore_case,
             )

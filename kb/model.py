@@ -69,6 +69,7 @@ class Signature:
     literals: tuple[str, ...] = ()  # one of these occurs in every match (lower-cased when caseless)
     needs: tuple[str, ...] = ()
     after: tuple[str, ...] = ()  # counts only on a line later in the same file than a hit of each of these
+    min_files: int = 1  # counts only when this many different input files match it
     context: bool = False
     ignore_case: bool = False
 
@@ -132,7 +133,8 @@ def entry_to_dict(entry: Entry) -> dict:
         "signatures": [
             {"id": s.id, **({"derived": s.derived} if s.derived else {"literal": s.literal} if s.literal is not None
                             else {"regex": s.pattern}),
-             "weight": s.weight, "needs": list(s.needs), "after": list(s.after), "context": s.context}
+             "weight": s.weight, "needs": list(s.needs), "after": list(s.after), "min_files": s.min_files,
+             "context": s.context}
             for s in entry.signatures
         ],
         "probes": list(entry.probes),

@@ -42,5 +42,5 @@ def test_accuracy_meets_its_floor():
     result = evaluate()
     # targets: top-1 >= 90%, top-3 >= 98%, false alarms <= 10% (bench/accuracy.py prints the misses)
     assert result["top1"] >= 0.90
-    assert result["top3"] >= 0.95
+    assert result["top3"] >= 0.98
     assert result["false_alarms"] <= 0.10

@@ -137,9 +137,15 @@ def test_gzip_input_gives_the_same_findings(catalog, tmp_path):
     assert plain.findings[0].evidence[0].line == packed.findings[0].evidence[0].line == 101
 
 
-def test_shipped_signatures_compile_under_hyperscan(patterns):
+def test_shipped_signatures_compile_under_hyperscan_exactly(catalog, monkeypatch):
     pytest.importorskip("hyperscan")
-    assert patterns.hyperscan() is not None
+    from gpudoctor.engine.patterns import PatternSet
+
+    monkeypatch.setenv("GPUDOCTOR_NO_CACHE", "1")  # compile now rather than load a cached database
+    fresh = PatternSet.from_entries(catalog)
+    assert fresh.hyperscan() is not None
+    # exact matching keeps context patterns to one match per block; a prefiltered one is slower
+    assert [fresh.patterns[i].name for i in fresh.prefiltered] == []
 
 
 def test_structural_literals_are_what_each_regex_requires():
