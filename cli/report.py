@@ -76,12 +76,13 @@ def _inputs_line(diagnosis) -> str:
 
     logs = [i for i in diagnosis.inputs if i.kind == "log"]
     lines = sum(i.lines for i in logs)
+    unit = "line" if lines == 1 else "lines"
     if len(diagnosis.inputs) == 1:
-        return f"{diagnosis.inputs[0].name} ({lines:,} lines)"
+        return f"{diagnosis.inputs[0].name} ({lines:,} {unit})"
     names = [i.name for i in diagnosis.inputs]
     common = os.path.commonpath(names) if all(n.startswith("/") == names[0].startswith("/") for n in names) else ""
     where = f"{common}/" if common else ", ".join(names[:2]) + ", ..."
-    return f"{len(names)} files in {where} ({lines:,} lines)"
+    return f"{len(names)} files in {where} ({lines:,} {unit})"
 
 
 def render_text(diagnosis, out: Out, catalog=None) -> None:
