@@ -8,6 +8,13 @@ def _indent(text: str, prefix: str) -> str:
     return "\n".join(prefix + line if line.strip() else line for line in text.splitlines())
 
 
+def _section(title: str, items: list[str]) -> list[str]:
+    """A heading and a bullet list, or nothing when there are no items."""
+    if not items:
+        return []
+    return [f"## {title}", ""] + [f"- {item}" for item in items] + [""]
+
+
 def entry_to_markdown(entry: Entry, titles: dict[str, str] | None = None, *, links: bool = True) -> str:
     """Render an entry; `titles` maps related ids to their titles. `links=False` writes URLs as text."""
     titles = titles or {}
@@ -29,34 +36,16 @@ def entry_to_markdown(entry: Entry, titles: dict[str, str] | None = None, *, lin
 
     if entry.log_visibility == "never":
         parts += ["## In the logs", "", entry.log_visibility_note, ""]
-    elif entry.error_strings:
-        parts += ["## What the logs say", ""]
-        parts += [f"- `{s}`" if "`" not in s else f"- {s}" for s in entry.error_strings]
-        parts.append("")
-
-    if entry.probes:
-        parts += ["## Confirm it", ""]
-        parts += [f"- `gpudoctor probe {p}`" for p in entry.probes]
-        parts.append("")
-    if entry.fix_actions:
-        parts += ["## Fix actions", ""]
-        parts += [f"- `{a.id}` ({a.safety}): {a.title}" for a in entry.fix_actions]
-        parts += ["", f"Preview with `gpudoctor fix {entry.id} --diff`.", ""]
-
-    if entry.related:
-        parts += ["## Related", ""]
-        for rel in entry.related:
-            title = titles.get(rel.id)
-            name = f"**{rel.id}** {title}" if title else f"**{rel.id}**"
-            parts.append(f"- {name}: {rel.why}")
-        parts.append("")
-    if entry.see_also:
-        parts += ["## Outside this catalogue", ""]
-        parts += [f"- *{p.topic}*: {p.note}" for p in entry.see_also]
-        parts.append("")
-    if entry.references:
-        parts += ["## References", ""]
-        for ref in entry.references:
-            parts.append(f"- [{ref.title}]({ref.url})" if links else f"- {ref.title}: {ref.url}")
-        parts.append("")
+    else:
+        parts += _section("What the logs say", [f"`{s}`" if "`" not in s else s for s in entry.error_strings])
+    parts += _section("Confirm it", [f"`gpudoctor probe {p}`" for p in entry.probes])
+    parts += _section("Fix actions", [f"`{a.id}` ({a.safety}): {a.title}" for a in entry.fix_actions])
+    parts += _section("Related", [
+        f"**{rel.id}** {titles[rel.id]}: {rel.why}" if rel.id in titles else f"**{rel.id}**: {rel.why}"
+        for rel in entry.related
+    ])
+    parts += _section("Outside this catalogue", [f"*{p.topic}*: {p.note}" for p in entry.see_also])
+    parts += _section("References", [
+        f"[{ref.title}]({ref.url})" if links else f"{ref.title}: {ref.url}" for ref in entry.references
+    ])
     return "\n".join(parts).rstrip() + "\n"

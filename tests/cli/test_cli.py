@@ -1,0 +1,110 @@
+"""The command line: help everywhere, JSON for scripts, colour rules, forgiving ids, exit codes, no tracebacks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpudoctor.main import COMMANDS
+
+BROKEN = "id: X7\ntitle: broken\nsection: user\nsummary: s\nsymptoms: [a]\ncause: c\nfix_summary: f\n" \
+         "fix: [{text: t}]\nlog_visibility: shows\nrelated: [{id: D99, why: nope}]\n"
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_has_help(cli_proc, command):
+    r = cli_proc(command, "--help")
+    assert r.code == 0
+    assert r.out.startswith("usage: gpudoctor " + command)
+    assert "--json" in r.out and "--no-color" in r.out
+
+
+def test_top_level_help_and_version(cli_proc):
+    assert cli_proc("--help").code == 0
+    r = cli_proc("--version")
+    assert r.code == 0 and r.out.startswith("gpudoctor ")
+
+
+def test_bad_usage_exits_2_without_traceback(cli_proc):
+    r = cli_proc("show")
+    assert r.code == 2 and "error" in r.err and "Traceback" not in r.err
+    r = cli_proc("nonsense")
+    assert r.code == 2 and "Traceback" not in r.err
+
+
+@pytest.mark.parametrize("given", ["d8", "D08", "D8", " d-8 "])
+def test_ids_are_forgiving(cli, given):
+    r = cli("show", given, "--json")
+    assert r.code == 0
+    assert json.loads(r.out)["id"] == "D8"
+
+
+def test_unknown_id_suggests_the_closest_and_exits_2(cli):
+    r = cli("show", "MN9")
+    assert r.code == 2
+    assert "no entry 'MN9'" in r.err and "closest:" in r.err and "MN" in r.err
+
+
+def test_show_markdown_and_json_carry_the_same_entry(cli):
+    md = cli("show", "MN2", "--markdown").out
+    doc = json.loads(cli("show", "MN2", "--json").out)
+    assert md.startswith("# MN2 · ")
+    assert doc["title"] in md
+    assert all(step["text"].split()[0] in md for step in doc["fix"])
+    assert "NCCL_SOCKET_IFNAME" in md
+
+
+def test_list_json_and_sections(cli):
+    doc = json.loads(cli("list", "--json").out)
+    assert len(doc) == 36 and {"id", "title", "section", "log_visibility"} <= set(doc[0])
+    r = cli("list", "--section", "multi-node")
+    assert r.code == 0 and "MN1" in r.out and "D8 " not in r.out
+    assert cli("list", "--section", "gpus").code == 2
+
+
+def test_list_fits_80_columns(cli):
+    assert max(len(line) for line in cli("list").out.splitlines()) <= 80
+
+
+def test_search_json_and_exit_codes(cli):
+    r = cli("search", "nccl picks docker0", "--json")
+    doc = json.loads(r.out)
+    assert r.code == 0 and doc["results"][0]["id"] == "MN2"
+    assert 0 < doc["results"][0]["score"] <= 1
+    assert cli("search", "zebra crossing", "--json").code == 1
+
+
+def test_no_color_env_and_flags(cli_proc):
+    plain = cli_proc("show", "D4", env={"NO_COLOR": "1"})
+    assert "\x1b[" not in plain.out
+    forced = cli_proc("show", "D4", "--color")
+    assert "\x1b[" in forced.out
+    off = cli_proc("show", "D4", "--no-color", env={"NO_COLOR": "", "FORCE_COLOR": "1"})
+    assert "\x1b[" not in off.out
+
+
+def test_validate_names_file_and_field_and_exits_1(cli, tmp_path):
+    (tmp_path / "X7-broken.yaml").write_text(BROKEN)
+    r = cli("validate", str(tmp_path))
+    assert r.code == 1
+    assert f"{tmp_path / 'X7-broken.yaml'}: related[0]: unknown id 'D99'" in r.out
+    assert cli("validate").code == 0
+
+
+def test_gpudoctor_kb_env_adds_runbooks_and_reports_broken_ones(cli_proc, tmp_path):
+    good = BROKEN.replace("id: X7", "id: X8").replace("D99", "D8").replace("title: broken", "title: Our NFS stalls")
+    (tmp_path / "X8-nfs.yaml").write_text(good)
+    (tmp_path / "X7-broken.yaml").write_text(BROKEN)
+    r = cli_proc("list", "--json", env={"GPUDOCTOR_KB": str(tmp_path)})
+    ids = [e["id"] for e in json.loads(r.out)]
+    assert "X8" in ids and "D8" in ids  # X7 still loads: only its cross-reference is broken, and said so
+    assert "X7-broken.yaml: related[0]: unknown id 'D99'" in r.err
+
+
+def test_closed_pipe_is_not_an_error(tmp_path):
+    proc = subprocess.run(f"{sys.executable} -m gpudoctor show D19 | head -1", shell=True,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.startswith("D19")
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
