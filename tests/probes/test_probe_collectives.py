@@ -42,8 +42,9 @@ def test_two_local_gloo_ranks_name_the_late_one():
     check_table(result, 2, 1 << 20)
 
 
-def test_under_torchrun_every_rank_runs_and_rank_0_prints_one_report():
-    env = dict(os.environ, NO_COLOR="1", COLUMNS="80")
+def test_under_torchrun_every_rank_runs_and_rank_0_prints_one_report(tmp_path):
+    # TMPDIR: torchrun leaves a torchelastic_* log folder behind; keep it in the test's own temp dir
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="80", TMPDIR=str(tmp_path))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "-m", "gpudoctor", "probe", "collectives", "--max-size", "64K", "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
