@@ -57,6 +57,15 @@ class PatternSet:
         self._hs_tried = False
         self.prefiltered: list[int] = []  # patterns hyperscan could only take in prefilter mode
 
+    def bytes_regex(self, index: int) -> re.Pattern:
+        """The pattern as a bytes regex over whole blocks, as hyperscan reads them (a superset for ^ anchors)."""
+        cache = self.__dict__.setdefault("_bytes", {})
+        if index not in cache:
+            p = self.patterns[index]
+            flags = re.MULTILINE | (re.IGNORECASE if p.caseless else 0)
+            cache[index] = re.compile(_prefilter_regex(p.regex).encode("utf-8"), flags)
+        return cache[index]
+
     def regex(self, index: int) -> re.Pattern:
         """The Python regex of one pattern, compiled the first time a line needs it."""
         compiled = self._compiled[index]

@@ -10,7 +10,8 @@ from gpudoctor.engine.patterns import PatternSet
 CHUNK = 16 << 20  # bytes read at a time, into one reused buffer
 MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounded
 MAX_TEXT = 4096  # characters of a matched line kept as evidence (around the match)
-KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
+KEEP_FIRST, KEEP_LAST = 8, 4
+COMMON_LITERAL = 256  # past this many lines with a literal in one block, the Python path switches to re  # matched lines kept per pattern: the first few and the most recent
 WINDOW_LINES = 60  # lines kept after a traceback or a root-cause header
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
@@ -161,8 +162,18 @@ class Scanner:
             for literal, indexes in table:
                 needle = literal.encode("utf-8")
                 pos = haystack.find(needle, 0, end)
+                seen = 0
                 while pos >= 0:
                     start = haystack.rfind(b"\n", 0, pos) + 1
+                    seen += 1
+                    if seen > COMMON_LITERAL:
+                        # a literal on every other line ("step", "loss"): let re find the real matches
+                        # in the rest of the block rather than hand each line to Python
+                        for index in indexes:
+                            for m in self.patterns.bytes_regex(index).finditer(block, start, end):
+                                at = m.end()
+                                add(block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, (index,), at)
+                        break
                     add(start, indexes, pos + len(needle))
                     nl = haystack.find(b"\n", pos, end)
                     if nl < 0:

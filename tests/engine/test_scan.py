@@ -183,3 +183,17 @@ def test_parallel_split_scan_equals_the_sequential_scan(catalog, patterns, tmp_p
     assert {i: (split.hits[i].count, [x.line_no for x in split.hits[i].all()]) for i in exact} == {
         i: (whole.hits[i].count, [x.line_no for x in whole.hits[i].all()]) for i in exact
     }
+
+
+def test_engines_agree_when_a_literal_is_on_every_line(patterns):
+    # past COMMON_LITERAL occurrences the Python path hands the rest of the block to re
+    lines = [f"[rank0] epoch 3 step {i} loss 0.{i % 97:02d}" for i in range(3000)]
+    lines[1700] = "E1122 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0"
+    lines[2500] = "[rank0] epoch 0 step 0 loss 0.9"
+    data = ("\n".join(lines) + "\n").encode()
+    a = scan_bytes(patterns, data, True)
+    b = scan_bytes(patterns, data, False)
+    assert {i: (h.count, [x.line_no for x in h.all()]) for i, h in a.hits.items()} == {
+        i: (h.count, [x.line_no for x in h.all()]) for i, h in b.hits.items()
+    }
+    assert any(h.line_no == 2501 for hits in b.hits.values() for h in hits.all())
