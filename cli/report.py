@@ -181,6 +181,8 @@ def render_markdown(diagnosis) -> str:
 
 
 def _where(e, single_input: bool) -> str:
+    if e.line == 0:  # a finding from flight-recorder dumps, which have no lines
+        return _short(e.file.rsplit("/", 1)[-1])
     return f"line {e.line}" if single_input else f"{_short(e.file.rsplit('/', 1)[-1])}:{e.line}"
 
 

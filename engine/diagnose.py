@@ -6,7 +6,7 @@ from typing import BinaryIO, Callable
 
 from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
 from gpudoctor.engine.patterns import STRUCT, PatternSet
-from gpudoctor.engine.scan import Scanner, SourceScan
+from gpudoctor.engine.scan import Hit, Scanner, SourceScan
 from gpudoctor.engine.sources import InputError, Source, open_source
 
 SCHEMA = "gpudoctor.diagnosis/1"
@@ -117,6 +117,8 @@ def diagnose(
 
         flight_report = analyze(dumps)
     ranks, verdict, signals = analysis.finish(flight_report)
+    if flight_report is not None:
+        _flight_signals(flight_report, [s.name for s in sources if s.flight], signals, verdict, ranks)
     entries = {e.id: e for e in catalog}
 
     def add_signal(name: str) -> None:
@@ -140,6 +142,31 @@ def diagnose(
     notes = [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
     return Diagnosis(findings, ranks, verdict, inputs, scanner.engine, flight_report, notes)
+
+
+def _flight_signals(report, dump_names: list[str], signals: dict, verdict: list[str], ranks: list) -> None:
+    """What the flight recorder proves, as derived signals (evidence line 0: a dump has no lines)."""
+    where = dump_names[0] if len(dump_names) == 1 else f"{len(dump_names)} flight-recorder dumps"
+    by_rank = {r.rank: r for r in ranks}
+    for group in report.groups:
+        inc = group.first_incomplete
+        pg = f"pg {group.pg_name}" + (f" ({group.pg_desc})" if group.pg_desc else "")
+        if inc is not None and inc.missing:
+            text = (f"{inc.op} #{inc.seq} on {pg}: joined by ranks "
+                    f"{', '.join(map(str, inc.joined))}, never by {', '.join(map(str, inc.missing))}")
+            signals.setdefault("collective-not-joined", []).append((where, Hit(0, text)))
+            for rank in inc.missing:
+                if rank in by_rank:
+                    by_rank[rank].status = "behind"
+        for mm in group.mismatches:
+            for rank in mm.odd_ranks:
+                if rank in by_rank:
+                    by_rank[rank].status = "desync"
+            values = "; ".join(f"{v.value} on ranks {', '.join(map(str, v.ranks))}" for v in mm.values)
+            text = f"{mm.op} #{mm.seq}: {mm.field} differ: {values}"
+            signals.setdefault("collective-mismatch", []).append((where, Hit(0, text)))
+    if report.summary and not report.healthy:
+        verdict.insert(0, "flight recorder: " + report.summary)
 
 
 def _load_dump(source: Source):

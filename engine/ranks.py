@@ -323,15 +323,16 @@ def _earliest(ranks: list[RankReport]) -> RankReport:
 
 
 def _merge_flight(reports: dict[int, RankReport], flight) -> None:
+    # only what each rank enqueued: gloo's pg_status counts a timed-out collective as completed,
+    # so "completed" from a dump would invent stragglers; the flight summary names them instead
     for progress in getattr(flight, "progress", ()) or ():
         rank = getattr(progress, "rank", None)
         if rank is None:
             continue
         r = reports.setdefault(rank, RankReport(rank))
-        for attr, mine in (("last_enqueued", "last_enqueued"), ("last_completed", "last_completed")):
-            value = getattr(progress, attr, None)
-            if isinstance(value, int):
-                setattr(r, mine, max(getattr(r, mine) or 0, value))
+        value = getattr(progress, "last_enqueued", None)
+        if isinstance(value, int):
+            r.last_enqueued = max(r.last_enqueued or 0, value)
 
 
 def _judge(reports: dict[int, RankReport], world: int | None, orphans: list[Evidence]) -> list[str]:

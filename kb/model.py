@@ -14,6 +14,8 @@ DERIVED_SIGNALS = {
     "rank-failed-first": "one rank raised its own error while others timed out or lost their peer",
     "ranks-in-different-collectives": "ranks were blocked in different collectives when they failed",
     "collective-in-gated-path": "the odd rank out was blocked in a collective called from a save/eval/log function",
+    "collective-not-joined": "flight recorder: a collective that some ranks of the group never reached",
+    "collective-mismatch": "flight recorder: ranks disagree on a collective's op, sizes or dtypes at the same sequence id",
 }
 
 SECTION_TITLES = {

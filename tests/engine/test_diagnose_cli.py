@@ -124,3 +124,35 @@ def test_probe_flag_runs_the_port_probe_against_the_port_the_log_names(cli_proc)
     assert verdicts[0]["probe"] == "port"
     assert verdicts[0]["status"] == "confirmed"
     assert str(port) in verdicts[0]["summary"]
+
+
+FLIGHT = Path(__file__).resolve().parents[1] / "data" / "flight"
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("missing_rank", "never by 2"),
+    ("size_mismatch", "input_sizes differ"),
+    ("dtype_mismatch", "input_dtypes differ"),
+    ("op_mismatch", "differ"),
+])
+def test_flight_recorder_dumps_name_the_desync(cli_proc, case, needle):
+    r = cli_proc("diagnose", str(FLIGHT / case / "json"), "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    top = doc["findings"][0]
+    assert top["id"] == "D19"
+    assert any(needle in ev["text"] and ev["line"] == 0 for ev in top["evidence"])
+    assert doc["flight"]["healthy"] is False
+
+
+def test_healthy_flight_dumps_name_nothing(cli_proc):
+    r = cli_proc("diagnose", str(FLIGHT / "healthy" / "json"))
+    assert r.code == 1 and "agree on every recorded collective" in r.out
+
+
+def test_pickled_dumps_read_the_same_as_json(cli_proc):
+    pickled = json.loads(cli_proc("diagnose", str(FLIGHT / "missing_rank" / "nccl_trace_rank_0"),
+                                  str(FLIGHT / "missing_rank" / "nccl_trace_rank_1"),
+                                  str(FLIGHT / "missing_rank" / "nccl_trace_rank_2"),
+                                  str(FLIGHT / "missing_rank" / "nccl_trace_rank_3"), "--json").out)
+    assert pickled["findings"][0]["id"] == "D19"
