@@ -13,8 +13,6 @@ _STYLES = {
     "red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35", "cyan": "36",
     "heading": "1;36", "code": "33", "id": "1;33", "ok": "32", "fail": "1;31", "skip": "2",
 }
-# C0 controls except tab and newline, DEL, and C1 controls: never sent raw to a terminal.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
 
 
@@ -50,9 +48,10 @@ def strip_ansi(text: str) -> str:
 
 
 def sanitize(text: str) -> str:
-    """Make text from a log safe to print: drop ANSI sequences, show other controls as \\xNN."""
-    text = strip_ansi(text)
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """Make text from a log safe to print: no ANSI sequences, other controls shown as escapes."""
+    from gpudoctor.engine.lines import clean_for_display  # the one implementation; only log text needs it
+
+    return clean_for_display(text)
 
 
 @dataclass

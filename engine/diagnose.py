@@ -36,15 +36,12 @@ class Diagnosis:
     probe_results: dict = field(default_factory=dict)  # entry id -> [probes Result], with --probe
 
 
-_PATTERN_CACHE: dict[int, PatternSet] = {}
-
-
 def pattern_set(catalog) -> PatternSet:
-    key = id(catalog)
-    if key not in _PATTERN_CACHE:
-        _PATTERN_CACHE.clear()
-        _PATTERN_CACHE[key] = PatternSet.from_entries(catalog)
-    return _PATTERN_CACHE[key]
+    """The catalogue's pattern set, built once per catalogue object and kept on it (never pickled)."""
+    patterns = catalog.__dict__.get("_patterns")
+    if patterns is None:
+        patterns = catalog.__dict__["_patterns"] = PatternSet.from_entries(catalog)
+    return patterns
 
 
 def diagnose(

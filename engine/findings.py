@@ -1,7 +1,7 @@
 """Score catalogue entries from matched signatures, and rank a cause above the timeout it produced."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpudoctor.kb.model import Entry
 
@@ -36,11 +36,7 @@ class SignatureHits:
     """Everything one signature matched across all sources: (file, Hit) pairs and a total count."""
 
     count: int = 0
-    lines: list = None  # list[tuple[str, Hit]]
-
-    def __post_init__(self):
-        if self.lines is None:
-            self.lines = []
+    lines: list = field(default_factory=list)  # list[tuple[str, Hit]]
 
 
 def score_entry(entry: Entry, matched: dict[str, SignatureHits]) -> tuple[float, list[str]]:

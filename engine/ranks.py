@@ -117,14 +117,6 @@ class RankAnalysis:
         return sorted(reports.values(), key=lambda r: r.rank), verdict, state.signals
 
 
-def analyze_ranks(scans, patterns: PatternSet, flight=None):
-    """RankAnalysis over a list of (source, scan) pairs."""
-    analysis = RankAnalysis(patterns, len(scans) > 1)
-    for source, scan in scans:
-        analysis.add(source, scan)
-    return analysis.finish(flight)
-
-
 def _hint(source, per_rank_files: bool) -> int | None:
     if not per_rank_files:
         return None

@@ -42,6 +42,7 @@ class Catalog:
         # the search index has its own cache file: commands other than search never unpickle it
         state = dict(self.__dict__)
         state["index"] = None
+        state.pop("_patterns", None)  # compiled per process by the diagnosis engine
         return state
 
     def titles(self) -> dict[str, str]:
