@@ -24,7 +24,7 @@ FIX_SAFETY = ("safe", "unsafe", "display-only")
 
 _FIELDS = {
     "id", "title", "section", "summary", "symptoms", "cause", "fix_summary", "fix",
-    "log_visibility", "log_visibility_note", "error_strings", "keywords", "signatures",
+    "log_visibility", "log_visibility_note", "error_strings", "keywords", "paraphrases", "signatures",
     "probes", "fix_actions", "related", "explains", "see_also", "references",
 }
 _REQUIRED = ("id", "title", "section", "summary", "symptoms", "cause", "fix_summary", "fix", "log_visibility")
@@ -156,6 +156,7 @@ def parse_entry(data: Any, source: str, *, origin: str = "builtin") -> Entry:
         log_visibility_note=note,
         error_strings=c.texts(data.get("error_strings"), "error_strings"),
         keywords=c.texts(data.get("keywords"), "keywords"),
+        paraphrases=c.texts(data.get("paraphrases"), "paraphrases"),
         signatures=signatures,
         probes=c.texts(data.get("probes"), "probes"),
         fix_actions=_parse_fix_actions(c, data.get("fix_actions")),

@@ -105,6 +105,7 @@ class Entry:
     log_visibility_note: str = ""
     error_strings: tuple[str, ...] = ()
     keywords: tuple[str, ...] = ()
+    paraphrases: tuple[str, ...] = ()  # the failure in users' words (issue-title style), for search
     signatures: tuple[Signature, ...] = ()
     probes: tuple[str, ...] = ()
     fix_actions: tuple[FixAction, ...] = ()
@@ -132,6 +133,7 @@ def entry_to_dict(entry: Entry) -> dict:
         "log_visibility_note": entry.log_visibility_note or None,
         "error_strings": list(entry.error_strings),
         "keywords": list(entry.keywords),
+        "paraphrases": list(entry.paraphrases),
         "signatures": [
             {"id": s.id, **({"derived": s.derived} if s.derived else {"literal": s.literal} if s.literal is not None
                             else {"regex": s.pattern}),

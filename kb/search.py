@@ -16,6 +16,7 @@ FIELD_WEIGHTS = {
     "errors": 2.5,
     "symptoms": 2.0,
     "keywords": 2.0,
+    "paraphrases": 2.0,
     "summary": 1.0,
     "cause": 0.5,
     "fix": 0.3,
@@ -27,7 +28,8 @@ _FUZZY_MIN = 84.0  # rapidfuzz ratio for a misspelt term to count (adress ~ addr
 _STOP = frozenset(
     "a an the and or of to in on at is are was were be been it its this that with for from by as "
     "my our your i we you he she they them when while after before during why how what which does do "
-    "did not no but into out up so than then there get got gets getting just only all".split()
+    "did not no but into out up so than then there get got gets getting just only all can t cannot doesn "
+    "don isn won wasn aren should would could will please help about any some".split()
 )
 _SYNONYMS = {
     # hang-like words all mean the same thing to a user in a hurry
@@ -44,6 +46,13 @@ _SYNONYMS = {
     "secs": "second", "seconds": "second", "timed": "timeout", "timeouts": "timeout",
     "multinode": "multi-node", "multi": "multi",
     "oom": "oom", "nan": "nan", "nans": "nan",
+    # words users pick for the same idea
+    "shuffle": "shuffle", "shuffled": "shuffle", "shuffling": "shuffle", "shuffles": "shuffle",
+    "reshuffle": "shuffle", "locate": "find", "identify": "find", "pinpoint": "find",
+    "corrupt": "corrupted", "corruption": "corrupted", "broken": "corrupted",
+    "duplicated": "duplicate", "twice": "duplicate", "multiple": "multi",
+    "resume": "resume", "resuming": "resume", "resumed": "resume", "restarted": "restart",
+    "restarts": "restart", "restarting": "restart",
 }
 # Numbers users type that the catalogue spells another way.
 _EXPANSIONS = {
@@ -101,6 +110,7 @@ def _entry_fields(entry: Entry) -> dict[str, str]:
         "errors": "\n".join(entry.error_strings),
         "symptoms": "\n".join(entry.symptoms),
         "keywords": " ".join(entry.keywords),
+        "paraphrases": "\n".join(entry.paraphrases),
         "summary": entry.summary,
         "cause": entry.cause,
         "fix": entry.fix_summary + "\n" + "\n".join(s.text for s in entry.fix),
@@ -144,12 +154,12 @@ class SearchIndex:
                 counts[name].append(bag)
                 lengths[name].append(len(terms))
                 seen.update(bag)
-                if name in ("title", "errors", "symptoms", "keywords", "summary"):
+                if name in ("title", "errors", "symptoms", "keywords", "paraphrases", "summary"):
                     pairs.update(zip(terms, terms[1:]))
             for t in seen:
                 df[t] = df.get(t, 0) + 1
             bigrams.append(frozenset(pairs))
-            phrases.append(tuple(s.lower() for s in entry.error_strings + entry.symptoms + (entry.title,)))
+            phrases.append(tuple(s.lower() for s in entry.error_strings + entry.symptoms + entry.paraphrases + (entry.title,)))
         avg = {f: (sum(v) / len(v) if v else 0.0) or 1.0 for f, v in lengths.items()}
         return cls(
             ids=[e.id for e in entries], counts=counts, lengths=lengths, avg_length=avg, df=df,

@@ -14,7 +14,7 @@ examples:
   gpudoctor search Address already in use
   gpudoctor search "nccl picks docker0" --json"""
 
-MIN_SCORE = 0.1  # below this a hit shares only a stray word with the query
+MIN_SCORE = 0.15  # below this a hit shares only a stray word with the query
 
 
 def add_arguments(parser) -> None:
