@@ -16,6 +16,9 @@ DERIVED_SIGNALS = {
     "collective-in-gated-path": "the odd rank out was blocked in a collective called from a save/eval/log function",
     "collective-not-joined": "flight recorder: a collective that some ranks of the group never reached",
     "collective-mismatch": "flight recorder: ranks disagree on a collective's op, sizes or dtypes at the same sequence id",
+    "rank-left-loop-early": "a rank left the training loop (its log ends without an error, or it waits in a collective "
+                            "outside the training step) while the others timed out or lost their peer inside the step "
+                            "(backward / all_reduce) of the same epoch",
 }
 
 SECTION_TITLES = {
