@@ -14,7 +14,7 @@ _PLACEHOLDER = re.compile(
     r"(?P<elide>\{\.\.\.\})"
     r"|(?P<pct>%%)"
     r"|(?P<pyname>%\((?P<pykey>\w+)\)[-+ #0]*\d*(?:\.\d+)?[sdifrx])"
-    r"|(?P<printf>%[-+ #0]*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|z|j|t|L)?[diouxXeEfgGcsp])"
+    r"|(?P<printf>%[-+ #0]*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|z|j|t|L)?[diouxXeEfgGcspUARSV])"
     r"|(?P<fmt>\{(?P<field>[^{}]*)\})"
 )
 _NUMERIC = re.compile(r"rank|size|num|count|port|timeout|_ms\b|\bms\b|sec|idx|index|\bid\b|dev|step|epoch|"
@@ -43,7 +43,7 @@ def render(template: str, values: tuple[str, ...] = ()) -> str:
             key = match.group("pykey")
             return sample(key, match.group("pyname")[-1] in "dif" or bool(_NUMERIC.search(key)))
         if match.group("printf"):
-            return sample("", match.group("printf")[-1] not in "sc")
+            return sample("", match.group("printf")[-1] not in "scUARSV")
         field = match.group("field").split("!")[0].split(":")[0]
         return sample(field, bool(_NUMERIC.search(field)) if field else False)
 
