@@ -139,3 +139,21 @@ def test_provenance_errors_name_the_field():
     sig = parse_entry(data, "X1-t.yaml").signatures[0]
     assert sig.provenance[0].repo == "NVIDIA/nccl" and sig.provenance[0].template == "some message %s"
     assert _matches(sig, render(sig.provenance[0].template))
+
+
+def test_show_json_carries_each_signatures_provenance(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GPUDOCTOR_CACHE_DIR=str(tmp_path), NO_COLOR="1")
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "show", "D8", "--json"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    entry = doc[0] if isinstance(doc, list) else doc
+    sigs = {s["id"]: s for s in entry["signatures"]}
+    prov = sigs["reduction-not-finished"]["provenance"]
+    assert prov and prov[0]["repo"] == "pytorch/pytorch" and "reducer.cpp" in prov[0]["path"]
+    assert "Expected to have finished reduction" in prov[0]["template"] and prov[0]["versions"]
