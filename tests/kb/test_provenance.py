@@ -127,7 +127,7 @@ def test_provenance_errors_name_the_field():
             parse_entry(data, "X1-t.yaml")
         return str(err.value)
 
-    assert "signatures[0].provenance[0].template: missing required field" in problem(
+    assert "X1-t.yaml: signatures[0].provenance[0].template: missing required field" in problem(
         [{"repo": "pytorch/pytorch", "path": "a.py", "versions": "torch 2"}])
     assert "signatures[0].provenance[0].repo: expected a GitHub repository" in problem(
         [{"repo": "pytorch", "path": "a.py", "template": "x", "versions": "torch 2"}])
