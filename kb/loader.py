@@ -12,6 +12,7 @@ from gpudoctor.kb.model import (
     FixAction,
     FixStep,
     Pointer,
+    Provenance,
     Reference,
     Related,
     Signature,
@@ -195,7 +196,8 @@ def _reference(c: _Checker, raw: Any, i: int) -> Reference:
 def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
     out: list[Signature] = []
     seen: set[str] = set()
-    allowed = {"id", "regex", "literal", "derived", "weight", "needs", "after", "min_files", "context", "ignore_case"}
+    allowed = {"id", "regex", "literal", "derived", "weight", "needs", "after", "min_files", "context", "ignore_case",
+               "provenance"}
     for i, item in enumerate(c.items(raw, "signatures")):
         where = f"signatures[{i}]"
         item = c.mapping(item, where, allowed, ("id", "weight"))
@@ -241,6 +243,10 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
         context = item.get("context", False)
         if not isinstance(context, bool):
             raise c.fail(f"{where}.context", "expected true or false")
+        provenance = _parse_provenance(c, item.get("provenance"), f"{where}.provenance")
+        if provenance and derived:
+            raise c.fail(f"{where}.provenance", "a derived signal has no message template; give provenance only "
+                         "to a regex or literal")
         out.append(
             Signature(
                 id=sig_id,
@@ -255,6 +261,7 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
                 min_files=min_files,
                 context=context,
                 ignore_case=ignore_case,
+                provenance=provenance,
             )
         )
     for i, sig in enumerate(out):
@@ -262,6 +269,33 @@ def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
             for j, need in enumerate(getattr(sig, field_name)):
                 if need not in seen or need == sig.id:
                     raise c.fail(f"signatures[{i}].{field_name}[{j}]", f"unknown signature id {need!r} in this entry")
+    return tuple(out)
+
+
+REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+def _parse_provenance(c: _Checker, raw: Any, where: str) -> tuple[Provenance, ...]:
+    """Each item names the emitting repository, the file, the message template and the versions."""
+    out = []
+    for i, item in enumerate(c.items(raw, where)):
+        at = f"{where}[{i}]"
+        item = c.mapping(item, at, {"repo", "path", "template", "versions", "values"}, ("repo", "path", "template", "versions"))
+        repo = c.text(item["repo"], f"{at}.repo")
+        if not REPO_RE.match(repo):
+            raise c.fail(f"{at}.repo", f"expected a GitHub repository as owner/name, got {repo!r}")
+        path = c.text(item["path"], f"{at}.path")
+        if path.startswith("/") or ".." in path.split("/"):
+            raise c.fail(f"{at}.path", f"expected a path inside the repository, got {path!r}")
+        template = item["template"]
+        if not isinstance(template, str) or not template.strip():
+            raise c.fail(f"{at}.template", "expected the message template as text")
+        values = item.get("values")
+        if values is not None and (not isinstance(values, list) or not all(isinstance(v, (str, int)) for v in values)):
+            raise c.fail(f"{at}.values", "expected a list of sample values, one per placeholder in order")
+        out.append(Provenance(repo=repo, path=path, template=template.strip("\n"),
+                              versions=c.text(item["versions"], f"{at}.versions"),
+                              values=tuple(str(v) for v in values or ())))
     return tuple(out)
 
 

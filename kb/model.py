@@ -16,6 +16,9 @@ DERIVED_SIGNALS = {
     "collective-in-gated-path": "the odd rank out was blocked in a collective called from a save/eval/log function",
     "collective-not-joined": "flight recorder: a collective that some ranks of the group never reached",
     "collective-mismatch": "flight recorder: ranks disagree on a collective's op, sizes or dtypes at the same sequence id",
+    "rank-left-loop-early": "a rank left the training loop (its log ends without an error, or it waits in a collective "
+                            "outside the training step) while the others timed out or lost their peer inside the step "
+                            "(backward / all_reduce) of the same epoch",
 }
 
 SECTION_TITLES = {
@@ -59,6 +62,17 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Where a signature's message comes from: the emitting code and its template, across versions."""
+
+    repo: str  # owner/name on GitHub
+    path: str  # file in that repository that prints the message
+    template: str  # the message as in the source, placeholders kept (%s, {}, {name}, " << x << ")
+    versions: str  # which releases print it this way, e.g. "torch 1.10-2.5"
+    values: tuple[str, ...] = ()  # sample values for the placeholders, in order, where the defaults would not do
+
+
+@dataclass(frozen=True)
 class Signature:
     """One log pattern that betrays an entry."""
 
@@ -74,6 +88,7 @@ class Signature:
     min_files: int = 1  # counts only when this many different input files match it
     context: bool = False
     ignore_case: bool = False
+    provenance: tuple[Provenance, ...] = ()  # the emitters' message templates this pattern was written from
 
 
 @dataclass(frozen=True)
@@ -138,7 +153,10 @@ def entry_to_dict(entry: Entry) -> dict:
             {"id": s.id, **({"derived": s.derived} if s.derived else {"literal": s.literal} if s.literal is not None
                             else {"regex": s.pattern}),
              "weight": s.weight, "needs": list(s.needs), "after": list(s.after), "min_files": s.min_files,
-             "context": s.context}
+             "context": s.context,
+             "provenance": [{"repo": p.repo, "path": p.path, "template": p.template, "versions": p.versions,
+                             **({"values": list(p.values)} if p.values else {})}
+                            for p in s.provenance]}
             for s in entry.signatures
         ],
         "probes": list(entry.probes),
