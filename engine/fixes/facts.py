@@ -9,7 +9,7 @@ MAX_FILES = 64
 _CMD = re.compile(r"^(?:\$|\+|#)?\s*((?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:torchrun|accelerate launch|deepspeed|python3?(?:\.\d+)?)"
                   r"\s+\S.*)$")
 _PORT_STRICT = re.compile(r"(?:\bport[:= ]+|MASTER_PORT=|--master[-_]port[= ])(\d{2,5})\b", re.I)
-_NCCL_IF = re.compile(r"NCCL INFO (?:Bootstrap|NET/Socket) ?: Using (?:\[\d+\])?([A-Za-z][\w.-]*):")
+_NCCL_IF = re.compile(r"NCCL INFO (?:Bootstrap|NET/Socket|NET) ?: Using (?:interface )?(?:\[\d+\])?([A-Za-z][\w.-]*):")
 _VIRTUAL_IF = re.compile(r"^(docker|virbr|veth|br-|lo$|cni|flannel|cali)")
 _WORLD = [re.compile(r"\bworld[_ ]size[=: ]+(\d+)", re.I), re.compile(r"\bnranks (\d+)"),
           re.compile(r"\bdist_world_size=(\d+)")]
@@ -39,6 +39,7 @@ def _heads(paths) -> list[str]:
 
 def facts_from_text(texts, evidence=()) -> dict:
     facts: dict = {}
+    virtual: list[str] = []
     for line in evidence:
         m = _PORT_STRICT.search(line)
         if m and 0 < int(m.group(1)) < 65536:
@@ -49,11 +50,9 @@ def facts_from_text(texts, evidence=()) -> dict:
                 m = _CMD.match(line.strip())
                 if m and (".py" in m.group(1) or "-m " in m.group(1)):
                     facts["cmd"] = m.group(1).strip()
-            if "interface" not in facts:
-                m = _NCCL_IF.search(line)
-                if m and _VIRTUAL_IF.match(m.group(1)):
-                    bad = m.group(1)
-                    facts["interface"] = f"^{bad},lo" if bad != "lo" else "^lo,docker0"
+            m = _NCCL_IF.search(line)
+            if m and _VIRTUAL_IF.match(m.group(1)) and m.group(1) not in virtual:
+                virtual.append(m.group(1))  # NCCL took a loopback, bridge or tunnel: exclude them all
             if "port" not in facts:
                 m = _PORT_STRICT.search(line)
                 if m and 0 < int(m.group(1)) < 65536:
@@ -72,6 +71,8 @@ def facts_from_text(texts, evidence=()) -> dict:
                 m = _NNODES.search(line)
                 if m:
                     facts["nnodes"] = int(m.group(1))
+    if virtual:
+        facts["interface"] = "^" + ",".join(sorted(set(virtual) | {"lo", "docker0"}))
     return facts
 
 

@@ -176,7 +176,8 @@ def check(new: str, original: Launch, words: list[str]) -> None:
     if shlex.split(new) != words:
         raise FixError(f"internal: the rewritten command does not split back into its words: {new}")
     again = parse_launch(new)
-    if (again.script, again.args, again.module) != (original.script, original.args, original.module):
+    kept = again.args[: len(original.args)]  # a rewrite may append (the deepspeed config), never drop or reorder
+    if (again.script, kept, again.module) != (original.script, original.args, original.module):
         raise FixError(f"internal: the rewritten command lost the script or its arguments: {new}")
 
 

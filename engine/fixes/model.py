@@ -19,7 +19,8 @@ def unified_diff(path: str, before: str, after: str) -> str:
     """A unified diff with a/ b/ headers; a missing final newline is marked as diff(1) does."""
     a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
     lines = []
-    for line in difflib.unified_diff(a, b, f"a/{path}" if before else "/dev/null", f"b/{path}", n=3):
+    name = path.lstrip("/")
+    for line in difflib.unified_diff(a, b, f"a/{name}" if before else "/dev/null", f"b/{name}", n=3):
         if not line.endswith("\n"):
             line += "\n\\ No newline at end of file\n"
         lines.append(line)
