@@ -131,8 +131,19 @@ def run(args, out) -> int:
 
 
 def _wrap(out, text: str, indent: str = "  ") -> None:
-    for line in textwrap.wrap(text, width=max(40, out.width) - len(indent)) or [""]:
-        out.write(indent + line)
+    for line in textwrap.wrap(text, width=max(40, out.width), initial_indent=indent,
+                              subsequent_indent=indent + "  ", break_long_words=False,
+                              break_on_hyphens=False) or [""]:
+        out.write(line)
+
+
+def _head(out, prefix: str, styled: str, rest: str) -> None:
+    """A wrapped line whose first words are styled (styling after wrapping keeps the width right)."""
+    lines = textwrap.wrap(prefix + rest, width=max(40, out.width), subsequent_indent="  ")
+    if lines and lines[0].startswith(prefix):
+        lines[0] = styled + lines[0][len(prefix):]
+    for line in lines:
+        out.write(line)
 
 
 def render_diff(diff: str, out) -> None:
@@ -161,11 +172,12 @@ def render_plan(plan, out, catalog=None) -> None:
     from gpudoctor.term import sanitize
 
     entry = catalog.get(plan.entry_id) if catalog is not None else None
-    out.write(out.style(f"Fix for {plan.entry_id}", "heading") + (f": {entry.title}" if entry else ""))
+    head = f"Fix for {plan.entry_id}"
+    _head(out, head, out.style(head, "heading"), f": {entry.title}" if entry else "")
     for fix in plan.fixes:
         out.write()
         tag = out.style(f"[{fix.safety}]", _SAFETY_STYLE.get(fix.safety, "bold"))
-        out.write(f"{tag} {out.style(fix.action_id, 'id')}: {fix.title}")
+        _head(out, f"[{fix.safety}] {fix.action_id}", f"{tag} {out.style(fix.action_id, 'id')}", f": {fix.title}")
         if fix.why:
             _wrap(out, f"why {fix.safety}: {fix.why}")
         for note in fix.notes:
