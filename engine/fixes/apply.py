@@ -56,6 +56,7 @@ def _read(path: str) -> bytes | None:
 
 def check_parses(path: str, text: str) -> None:
     """Refuse a result that no longer parses as what the file is (Python, JSON, YAML)."""
+    text = text.removeprefix("\ufeff")
     try:
         if path.endswith(".py"):
             ast.parse(text, filename=path)
@@ -109,50 +110,50 @@ def apply_plan(plan: FixPlan, *, unsafe: bool = False, state_dir=None) -> ApplyR
             per_path.setdefault(edit.path, []).append(edit)
     # every check first: nothing is written unless every file can be
     todo, unchanged = [], []
-    for path, edits in per_path.items():
+    for shown, edits in per_path.items():
+        path = os.path.realpath(shown)  # through a symlink to the file it names; the link stays a link
         current = _read(path)
         final = edits[-1].after
         if current is not None and current == final.encode("utf-8"):
-            unchanged.append(path)
+            unchanged.append(shown)
             continue
         first = edits[0]
         if _sha(current) != first.before_sha256:
             what = "exists now" if first.creates else ("no longer exists" if current is None else "changed")
-            raise StaleFileError(f"{path}: {what} since the preview; run gpudoctor fix again for a fresh diff")
+            raise StaleFileError(f"{shown}: {what} since the preview; run gpudoctor fix again for a fresh diff")
         for a, b in zip(edits, edits[1:]):
             if b.before != a.after:
                 raise FixError(f"internal: the edits of {path} do not follow each other")
-        check_parses(path, final)
-        todo.append((path, current, final.encode("utf-8"), _mode(path)))
+        check_parses(shown, final)
+        todo.append((shown, path, current, final.encode("utf-8"), _mode(path)))
     if not todo:
         return ApplyResult((), tuple(unchanged), skipped, None)
     journal = _new_journal(state_dir)
     files = []
-    for i, (path, before, after, mode) in enumerate(todo):
+    for i, (_shown, path, before, after, mode) in enumerate(todo):
         backup = None
         if before is not None:
             backup = f"backup-{i}"
             (journal / backup).write_bytes(before)
-        files.append({"path": os.path.abspath(path), "backup": backup, "mode": mode,
+        files.append({"path": path, "backup": backup, "mode": mode,
                       "before_sha256": _sha(before), "after_sha256": _sha(after)})
     manifest = {"format": JOURNAL_FORMAT, "entry": plan.entry_id, "actions": [f.action_id for f in chosen],
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "status": "pending", "files": files}
     _write_manifest(journal, manifest)
     done = []
     try:
-        for path, _before, after, mode in todo:
+        for shown, path, _before, after, mode in todo:
             write_atomic(path, after, mode)
-            done.append(path)
+            done.append((shown, path))
     except OSError as exc:
-        for path in done:  # put back what was already written, so the set is all or nothing
-            rec = next(f for f in files if f["path"] == os.path.abspath(path))
-            _restore(rec, journal)
+        for _shown, path in done:  # put back what was already written, so the set is all or nothing
+            _restore(next(f for f in files if f["path"] == path), journal)
         manifest["status"] = "rolled-back"
         _write_manifest(journal, manifest)
-        raise FixError(f"{exc.filename or path}: cannot write ({exc.strerror or exc}); nothing changed") from None
+        raise FixError(f"{exc.filename or 'a file'}: cannot write ({exc.strerror or exc}); nothing changed") from None
     manifest["status"] = "applied"
     _write_manifest(journal, manifest)
-    return ApplyResult(tuple(done), tuple(unchanged), skipped, str(journal))
+    return ApplyResult(tuple(shown for shown, _ in done), tuple(unchanged), skipped, str(journal))
 
 
 def _new_journal(base) -> Path:

@@ -10,6 +10,7 @@ from gpudoctor.engine.fixes.model import SAFETY_ORDER, FileEdit, FixPlan, Planne
 
 # what each kind of action needs from the user, for the note when it is missing
 _NEEDS = {"command": "--cmd \"...\" (the launch command)", "patch": "--script train.py", "config": "--config FILE"}
+BOM = "\ufeff"
 _CONFIG_TYPES = {"ds-auto": (".json",), "ds-drop-global-batch": (".json",), "accelerate-multi-gpu": (".yaml", ".yml")}
 
 
@@ -34,7 +35,7 @@ def read_script(path: str) -> str:
     if text is None:
         raise FixError(f"--script {path}: no such file")
     try:
-        ast.parse(text, filename=path)
+        ast.parse(text.removeprefix(BOM), filename=path)
     except SyntaxError as exc:
         raise FixError(f"--script {path}: not Python (line {exc.lineno}: {exc.msg})") from None
     return text
@@ -99,7 +100,7 @@ def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fact
                     continue
                 from gpudoctor.engine.fixes.patches import get
 
-                after, more = get(action.param("patch"))(texts[script], script, merged)
+                after, more = _keep_bom(get(action.param("patch")), texts[script], script, merged)
                 edits.append(_edit(script, texts[script], after))
                 fix_notes += more
             elif action.kind == "config":
@@ -112,7 +113,7 @@ def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fact
                     continue
                 from gpudoctor.engine.fixes.config import CONFIG_EDITS
 
-                after, more = CONFIG_EDITS[name](texts[config], config, merged)
+                after, more = _keep_bom(CONFIG_EDITS[name], texts[config], config, merged)
                 edits.append(_edit(config, texts[config], after))
                 fix_notes += more
         except NotApplicable as exc:
@@ -125,6 +126,13 @@ def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fact
             why=str(action.param("why") or ""), edits=tuple(edits), commands=commands, env=env,
             notes=tuple(fix_notes)))
     return FixPlan(entry_id=entry.id, fixes=tuple(fixes), notes=tuple(notes))
+
+
+def _keep_bom(transform, text: str, path: str, facts: dict):
+    """Run a transform on the text without its byte-order mark, and put the mark back."""
+    bom = BOM if text.startswith(BOM) else ""
+    after, notes = transform(text[len(bom):], path, facts)
+    return bom + after, notes
 
 
 def _edit(path: str, before: str, after: str) -> FileEdit:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,51 @@ def test_display_only_is_never_written(tmp_path):
                         state_dir=tmp_path / "s")
     assert result.written == () and result.skipped[0][1].startswith("display-only")
     assert path.read_text() == "x = 1\n"
+
+
+def test_a_symlink_stays_a_link_and_its_target_is_written(tmp_path):
+    real = tmp_path / "real.py"
+    real.write_text("x = 1\n")
+    link = tmp_path / "train.py"
+    link.symlink_to(real)
+    result = apply_plan(_plan(_edit(link, "x = 1\n", "x = 2\n")), state_dir=tmp_path / "s")
+    assert result.written == (str(link),)
+    assert link.is_symlink() and real.read_text() == "x = 2\n"
+    undo_last(state_dir=tmp_path / "s")
+    assert link.is_symlink() and real.read_text() == "x = 1\n"
+
+
+def test_a_write_failure_rolls_back_and_writes_nothing(tmp_path, monkeypatch):
+    from gpudoctor.engine.fixes import apply as apply_mod
+
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 1\n")
+    real, calls = apply_mod.write_atomic, []
+
+    def failing(path, data, mode):  # the disk fills up on the second file
+        calls.append(path)
+        if path == str(b):
+            raise OSError(28, "No space left on device", path)
+        return real(path, data, mode)
+
+    monkeypatch.setattr(apply_mod, "write_atomic", failing)
+    with pytest.raises(FixError, match="No space left on device"):
+        apply_plan(_plan(_edit(a, "x = 1\n", "x = 2\n"), _edit(b, "y = 1\n", "y = 2\n")), state_dir=tmp_path / "s")
+    assert str(a) in calls and str(b) in calls
+    assert a.read_text() == "x = 1\n" and b.read_text() == "y = 1\n"
+    with pytest.raises(FixError, match="nothing to undo"):
+        undo_last(state_dir=tmp_path / "s")
+
+
+def test_a_byte_order_mark_is_kept(tmp_path):
+    from gpudoctor.engine.fixes import plan_fix
+    from gpudoctor.kb.catalog import load_catalog
+
+    source = (Path(__file__).resolve().parent.parent / "data" / "fixes" / "MN3" / "no_timeout.py").read_bytes()
+    path = tmp_path / "t.py"
+    path.write_bytes(b"\xef\xbb\xbf" + source)
+    plan = plan_fix(load_catalog(use_cache=False), "MN3", script=str(path))
+    apply_plan(plan, state_dir=tmp_path / "s")
+    data = path.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf") and b"timeout=timedelta(minutes=30)" in data
