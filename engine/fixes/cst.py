@@ -16,9 +16,10 @@ COLLECTIVES = {
     "wait_for_everyone", "save_checkpoint",
 }
 _DIST_MODULES = ("dist", "torch.distributed", "distributed")
-RANK_NAMES = {"rank", "global_rank", "world_rank", "local_rank", "node_rank"}
+RANK_NAMES = {"rank", "global_rank", "world_rank", "local_rank", "node_rank", "gpu", "gpu_id", "proc_id"}
 MAIN_FLAGS = {"is_main", "is_master", "is_main_process", "is_local_main_process", "is_global_zero",
-              "is_world_process_zero", "main_process", "master_process", "is_rank_zero", "is_rank0"}
+              "is_world_process_zero", "main_process", "master_process", "is_rank_zero", "is_rank0",
+              "master", "_master", "_is_master", "_is_main", "is_main_rank", "is_chief", "is_leader"}
 
 
 def parse(text: str, path: str) -> cst.Module:
@@ -50,28 +51,53 @@ def last(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
+_PLAIN_MODULES = {"torch", "os", "np", "numpy", "json", "pickle", "shutil", "math", "time", "sys", "dist",
+                  "torch.distributed", "logging", "logger", "log", "re", "random", "yaml"}
+
+
 def is_collective_call(call: cst.Call, helpers: set[str] = frozenset()) -> bool:
-    """A torch.distributed collective, an accelerate/DeepSpeed call that issues one, or a helper that does."""
+    """A torch.distributed collective, a library call that issues one, a DDP forward, or a helper that does."""
     name = call_name(call)
     if not name:
         return False
     tail = last(name)
+    head = name.rsplit(".", 1)[0] if "." in name else ""
     if name in helpers:
         return True
-    if tail in ("gather", "reduce") and name.count(".") == 0:
+    if head and tail in helpers and head.split(".")[0] not in _PLAIN_MODULES:
+        return True  # self._save(...), self.checkpointer.save(...): a method of this file that issues one
+    arg = kwarg(call, "sync_dist")
+    if arg is not None and code(arg.value) == "True":
+        return True  # Lightning's self.log(..., sync_dist=True) reduces across ranks
+    if tail in ("gather", "reduce") and not head:
         return False  # a bare gather()/reduce() is more often the user's own function
-    if tail == "save_checkpoint":
+    if tail in ("save_checkpoint", "wait_for_everyone", "save_state"):
         return True
-    if tail in ("wait_for_everyone",) or (name.startswith("accelerator.") and tail in ("gather", "reduce", "gather_for_metrics")):
+    if head.endswith("accelerator") and tail in ("gather", "reduce", "gather_for_metrics", "pad_across_processes"):
         return True
-    head = name.rsplit(".", 1)[0] if "." in name else ""
     return tail in COLLECTIVES and (head in _DIST_MODULES or head.endswith("distributed") or head == "")
 
 
+_WRAPPERS = ("DDP", "DistributedDataParallel", "FSDP", "FullyShardedDataParallel")
+
+
 def collective_helpers(module: cst.Module) -> set[str]:
-    """Functions defined in this file that issue a collective, directly or through each other."""
-    bodies = {f.name.value: f for f in m.findall(module, m.FunctionDef())}
+    """Callables of this file that issue a collective: DDP/FSDP models (their forward), an FSDP model's
+    state_dict, a torchmetrics metric's compute, and functions or methods that call any of these."""
     found: set[str] = set()
+    for assign in m.findall(module, m.Assign()):
+        value = assign.value
+        if isinstance(value, cst.Call) and last(call_name(value)) in _WRAPPERS:
+            for target in assign.targets:
+                name = dotted(target.target)
+                if name:
+                    found.add(name)
+                    if last(call_name(value)) in ("FSDP", "FullyShardedDataParallel"):
+                        found.add(f"{name}.state_dict")
+    if "torchmetrics" in imported_modules(module):
+        found |= {f"{dotted(c.func.value)}.compute" for c in calls(module)
+                  if isinstance(c.func, cst.Attribute) and c.func.attr.value == "compute" and dotted(c.func.value)}
+    bodies = {f.name.value: f for f in m.findall(module, m.FunctionDef())}
     changed = True
     while changed:
         changed = False
@@ -82,8 +108,29 @@ def collective_helpers(module: cst.Module) -> set[str]:
     return found
 
 
+def imported_modules(module: cst.Module) -> set[str]:
+    names = set()
+    for imp in m.findall(module, m.Import()):
+        names |= {dotted(a.name).split(".")[0] for a in imp.names}
+    for imp in m.findall(module, m.ImportFrom()):
+        if imp.module is not None:
+            names.add(dotted(imp.module).split(".")[0])
+    return names
+
+
+def and_parts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The operands of an `a and b and c` chain (one item for anything else)."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return and_parts(test.left) + and_parts(test.right)
+    return [test]
+
+
 def is_rank0_test(test: cst.BaseExpression) -> bool:
-    """`rank == 0`, `dist.get_rank() == 0`, `args.local_rank == 0`, `accelerator.is_main_process`, `is_main`."""
+    """`rank == 0`, `dist.get_rank() == 0`, `args.local_rank == 0`, `accelerator.is_main_process`, `is_main`,
+    or any of them joined to other conditions with `and`."""
+    parts = and_parts(test)
+    if len(parts) > 1:
+        return any(is_rank0_test(p) for p in parts)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         target = test.comparisons[0]
         if isinstance(target.operator, cst.Equal) and isinstance(target.comparator, cst.Integer) \
@@ -163,6 +210,26 @@ def expr(code: str) -> cst.BaseExpression:
 
 def comment_line(text: str) -> cst.EmptyLine:
     return cst.EmptyLine(indent=True, whitespace=cst.SimpleWhitespace(""), comment=cst.Comment(text))
+
+
+class _Variables(cst.CSTVisitor):
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.add(node.value)
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        node.value.visit(self)  # `x.state_dict`: x is a variable, state_dict is not
+        return False
+
+
+def variable_names(node: cst.CSTNode) -> set[str]:
+    """Names used as variables, functions or modules (attribute names left out)."""
+    visitor = _Variables()
+    node.visit(visitor)
+    return visitor.names
 
 
 def uses_name(node: cst.CSTNode, name: str) -> bool:

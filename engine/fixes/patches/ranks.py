@@ -36,7 +36,7 @@ def _assigned(node) -> set[str]:
 def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     module = h.parse(text, path)
     helpers = h.collective_helpers(module)
-    taken = {n.value for n in h.m.findall(module, h.m.Name())}
+    taken = h.variable_names(module)
     moved: list[str] = []
     notes: list[str] = []
 
@@ -85,19 +85,26 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
         for s in stmts:
             if isinstance(s, cst.If) and h.is_rank0_test(s.test) and _outer_collectives(s.body, helpers):
                 before, kept, after = split(list(s.body.body))
-                lead = s.leading_lines
-                if before:
-                    before[0] = before[0].with_changes(leading_lines=[*lead, *before[0].leading_lines])
-                    lead = ()
-                if kept or s.orelse is not None:
+                rest = [p for p in h.and_parts(s.test) if not h.is_rank0_test(p)]
+                if rest:  # `if rank == 0 and step % 50 == 0:` - the collective still runs every 50 steps
+                    cond = " and ".join(f"({h.code(p)})" if isinstance(p, cst.BooleanOperation) else h.code(p)
+                                        for p in rest)
+                    before, after = _under(cond, before), _under(cond, after)
+                if kept or s.orelse is not None:  # the branch's own comment stays with it
                     body = kept or [h.stmt("pass")]
-                    out += [*before, s.with_changes(leading_lines=lead, body=s.body.with_changes(body=body)), *after]
+                    out += [*before, s.with_changes(body=s.body.with_changes(body=body)), *after]
                 else:
-                    if after and lead:
-                        after[0] = after[0].with_changes(leading_lines=[*lead, *after[0].leading_lines])
+                    moved_out = before or after
+                    moved_out[0] = moved_out[0].with_changes(leading_lines=[*s.leading_lines,
+                                                                            *moved_out[0].leading_lines])
                     out += [*before, *after]
                 continue
+            if isinstance(s, cst.FunctionDef) and _rank_zero_decorator(s) and _outer_collectives(s.body, helpers):
+                out.append(_undecorate(s, split))
+                continue
             out.append(s)
+        if block.direct:
+            out = _mirror_early_return(out, helpers, moved)
         return out
 
     module = h.rewrite_bodies(module, rewrite)
@@ -108,6 +115,84 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
         notes.append(f"{', '.join(via)} issue(s) a collective, so every rank now calls them; only the print or "
                      "write stays on rank 0")
     return module.code, ["every rank now runs the collective; only the side effect stays on rank 0", *notes]
+
+
+def _under(cond: str, stmts: list) -> list:
+    return [cst.If(test=h.expr(cond), body=cst.IndentedBlock(body=stmts))] if stmts else []
+
+
+def _rank_zero_decorator(func: cst.FunctionDef) -> str | None:
+    for dec in func.decorators:
+        name = h.dotted(dec.decorator)
+        if h.last(name) == "rank_zero_only":
+            return name
+    return None
+
+
+def _undecorate(func: cst.FunctionDef, split) -> cst.FunctionDef:
+    """@rank_zero_only around a collective: run the function on every rank, gate only its side effects."""
+    name = _rank_zero_decorator(func)
+    before, kept, after = split(list(func.body.body))
+    gate, run = [], []  # only the prints and writes stay on rank 0; state updates (metric.reset()) run everywhere
+    for s in kept + [None]:
+        if s is not None and _writes(s):
+            run.append(s)
+            continue
+        if run:
+            gate.append(cst.If(test=h.expr(f"{name}.rank == 0"), body=cst.IndentedBlock(body=run)))
+            run = []
+        if s is not None:
+            gate.append(s)
+    decorators = [d for d in func.decorators if h.dotted(d.decorator) != name]
+    return func.with_changes(decorators=decorators,
+                             body=func.body.with_changes(body=[*before, *gate, *after]))
+
+
+_WRITES = {"print", "write", "writelines", "save", "dump", "log", "info", "warning", "debug", "add_scalar",
+           "add_scalars", "add_image", "log_dict", "log_metrics", "savefig", "save_pretrained", "open", "makedirs",
+           "mkdir", "upload", "push_to_hub"}
+
+
+def _writes(s) -> bool:
+    """A statement that prints, logs or writes something (a side effect one rank is enough for)."""
+    return any(h.last(h.call_name(c)) in _WRITES or h.call_name(c).startswith("wandb.") for c in h.calls(s))
+
+
+def _non_main_test(test) -> bool:
+    """`rank != 0`, `dist.get_rank() > 0`, `not is_main`: the branch the other ranks take."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return h.is_rank0_test(test.expression)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if isinstance(target.operator, (cst.NotEqual, cst.GreaterThan)) and h.code(target.comparator) == "0":
+            equal = test.with_changes(comparisons=[target.with_changes(operator=cst.Equal())])
+            return h.is_rank0_test(equal)
+    return False
+
+
+def _is_barrier(s) -> bool:
+    return (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Expr)
+            and isinstance(s.body[0].value, cst.Call) and h.last(h.call_name(s.body[0].value)) in _BARRIERS)
+
+
+def _mirror_early_return(stmts: list, helpers, moved: list) -> list:
+    """`if rank != 0: return` and later a barrier on rank 0's path: the other ranks meet it before returning."""
+    for i, s in enumerate(stmts):
+        if not (isinstance(s, cst.If) and s.orelse is None and _non_main_test(s.test)
+                and isinstance(s.body, cst.IndentedBlock) and isinstance(s.body.body[-1], cst.SimpleStatementLine)
+                and isinstance(s.body.body[-1].body[0], cst.Return)):
+            continue
+        barriers = [b for b in stmts[i + 1:] if _is_barrier(b)]
+        if any(_is_barrier(b) for b in s.body.body):
+            return stmts  # already mirrored
+        if not barriers or any(_outer_collectives(b, helpers) for b in stmts[i + 1:] if not _is_barrier(b)):
+            return stmts  # only a barrier can be mirrored; a collective with data needs the same data
+        body = list(s.body.body)
+        mirrored = [b.with_changes(leading_lines=(), trailing_whitespace=cst.TrailingWhitespace()) for b in barriers]
+        moved.append("barrier")
+        new = s.with_changes(body=s.body.with_changes(body=body[:-1] + mirrored + body[-1:]))
+        return stmts[:i] + [new] + stmts[i + 1:]
+    return stmts
 
 
 # --- D23 -----------------------------------------------------------------------------------------
