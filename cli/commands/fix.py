@@ -42,6 +42,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--param", metavar="KEY=VALUE", action="append", default=[],
                         help="fill a fact by hand: port, interface, nproc, nnodes, world_size, master_addr, "
                              "timeout_minutes, checkpoint, ... (repeatable)")
+    parser.add_argument("--probe", action="store_true",
+                        help="run the nic probe on this machine and name its data interface (MN2)")
     parser.add_argument("--env-file", metavar="FILE", help="also write env fixes as export lines into FILE")
     parser.add_argument("--apply", action="store_true", help="write the safe fixes (checked, backed up, undoable)")
     parser.add_argument("--unsafe", action="store_true", help="with --apply, also write the unsafe fixes")
@@ -71,6 +73,19 @@ def _diagnose_logs(paths, catalog, stdin=None):
         return diagnose(catalog, resolve(paths), stdin=stdin)
     except InputError as exc:
         raise UserError(str(exc)) from None
+
+
+def _probe_facts() -> dict:
+    """Facts a live probe on this machine gives: the fast network interface (nic)."""
+    from gpudoctor.engine.fixes.facts import interface_from_nic
+    from gpudoctor.probes import registry, runner
+
+    probe = registry.get("nic")
+    if probe is None:
+        return {}
+    [result] = runner.run_probes([probe], {})
+    interface = interface_from_nic(dict(result.figures))
+    return {"interface": interface} if interface else {}
 
 
 def run(args, out) -> int:
@@ -109,6 +124,8 @@ def run(args, out) -> int:
         raise UserError("give an entry id (gpudoctor fix D22 --script train.py), or --log to fix its top finding")
     if catalog.get(entry_id) is None:
         raise UserError(f"unknown entry {entry_id!r} (see gpudoctor list)")
+    if args.probe:
+        facts.update(_probe_facts())
     facts.update(parse_params(args.param))
     try:
         plan = plan_fix(catalog, entry_id, script=args.script, config=args.config, cmd=args.cmd, facts=facts,

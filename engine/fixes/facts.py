@@ -84,3 +84,16 @@ def facts_from_diagnosis(diagnosis, logs=None) -> dict:
     if "world_size" not in facts and len(ranks) > 1:
         facts["world_size"] = len(ranks)
     return facts
+
+
+_NOT_DATA_IF = re.compile(r"^(lo$|docker|virbr|veth|br-|ifb|tun|tap|cni|flannel|cali|wg|zt|dummy)")
+
+
+def interface_from_nic(figures: dict) -> str | None:
+    """The data interface to name for NCCL from the nic probe's figures: up, not virtual, fastest first."""
+    interfaces = figures.get("interfaces") or {}
+    up = [name for name, info in interfaces.items()
+          if (info or {}).get("state") in ("up", "unknown") and not _NOT_DATA_IF.match(name)]
+    if not up:
+        return None
+    return max(up, key=lambda n: (interfaces[n].get("speed_mbps") or 0, n in (figures.get("selected") or ())))

@@ -134,3 +134,32 @@ def test_diagnose_ends_with_the_fix_against_the_script(cli, tmp_path):
     assert "torchrun --rdzv-backend=c10d --rdzv-endpoint=localhost:0 --nnodes=1 --nproc-per-node=2 train.py --lr 3e-4" in tail
     res = cli("diagnose", str(log), "--cmd", "python train.py", "--json")
     assert json.loads(res.out)["fix"]["entry"] == "D4"
+
+
+def test_interface_from_the_nic_probe_figures():
+    from gpudoctor.engine.fixes.facts import interface_from_nic
+
+    figures = {"selected": ["docker0"], "interfaces": {
+        "lo": {"state": "unknown", "speed_mbps": None}, "docker0": {"state": "up", "speed_mbps": 10000},
+        "eno1": {"state": "up", "speed_mbps": 1000}, "ens5": {"state": "up", "speed_mbps": 100000},
+        "ib0": {"state": "down", "speed_mbps": 200000}}}
+    assert interface_from_nic(figures) == "ens5"
+    assert interface_from_nic({"interfaces": {"lo": {"state": "unknown"}}}) is None
+
+
+def test_fix_with_the_live_nic_probe(cli):
+    res = cli("fix", "MN2", "--probe", "--json")
+    assert res.code == 0, res
+    [fix] = json.loads(res.out)["fixes"]
+    assert fix["env"][0]["name"] == "NCCL_SOCKET_IFNAME" and fix["env"][0]["value"]
+
+
+def test_facts_from_a_multi_rank_log_directory():
+    from gpudoctor.engine.diagnose import diagnose
+    from gpudoctor.engine.fixes import facts_from_diagnosis
+    from gpudoctor.engine.sources import resolve
+    from gpudoctor.kb.catalog import load_catalog
+
+    logs = str(DATA.parent.parent / "examples" / "rank-crash-then-timeout")
+    facts = facts_from_diagnosis(diagnose(load_catalog(use_cache=False), resolve([logs])), logs=[logs])
+    assert facts.get("world_size") == 4, facts
