@@ -66,6 +66,20 @@ def sync_batchnorm(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     nn = h.nn_alias(module)
     done = []
 
+    def inline(call):  # DDP(Net().cuda(gpu), ...): convert the model where it is built
+        if done or not _is_ddp(call) or not call.args:
+            return None
+        value = call.args[0].value
+        chain = []
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda"):
+            chain.append(value)
+            value = value.func.value
+        converted = h.expr(f"{nn}.SyncBatchNorm.convert_sync_batchnorm({h.code(value)})")
+        for link in reversed(chain):
+            converted = link.with_changes(func=link.func.with_changes(value=converted))
+        done.append("inline")
+        return call.with_changes(args=[call.args[0].with_changes(value=converted), *call.args[1:]])
+
     def rewrite(stmts, block):
         out = []
         for s in stmts:
@@ -77,6 +91,8 @@ def sync_batchnorm(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
                     out.append(convert.with_changes(leading_lines=s.leading_lines))
                     s = s.with_changes(leading_lines=())
                     done.append(name)
+                elif ddp:
+                    s = h.replace_calls(s, inline)
             out.append(s)
         return out
 
