@@ -17,6 +17,7 @@ COMMANDS = {
     "validate": "validate",
     "probe": "probe",
     "check": "check",
+    "lint": "lint",
 }
 
 DESCRIPTION = """\
