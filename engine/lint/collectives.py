@@ -83,11 +83,16 @@ def collective_of(site, script) -> str | None:
 
 
 def _sync_model_forward(site, script) -> str | None:
-    """Calling a SyncBatchNorm model in training mode all-reduces batch statistics."""
+    """A SyncBatchNorm model in training mode all-reduces batch statistics; a DDP model with buffers
+    (BatchNorm running stats) broadcasts them from rank 0 at every forward, in eval mode too."""
     call = site.node
-    if isinstance(call.func, ast.Name) and call.func.id in script.syncbn_names:
-        if not script.eval_before(call.func.id, site):
-            return f"{call.func.id}(...) forward through SyncBatchNorm (all-reduces batch statistics)"
+    if not isinstance(call.func, ast.Name):
+        return None
+    name = call.func.id
+    if name in script.syncbn_names and not script.eval_before(name, site):
+        return f"{name}(...) forward through SyncBatchNorm (all-reduces batch statistics)"
+    if name in script.ddp_buffer_names:
+        return f"{name}(...) forward through DDP (broadcasts buffers from rank 0; call {name}.module(...))"
     return None
 
 

@@ -12,7 +12,7 @@ MAIN_FLAG = re.compile(
     r"^_*(?:is_|am_)(?:local_|global_|node_)?(?:main|master|primary|leader|chief|rank_?0|rank_?zero|zero|first|last)"
     r"(?:_process|_proc|_rank|_node|_worker|_host|_device)?$"
     r"|^_*(?:local_|global_)?(?:main|master)_(?:process|proc|rank|worker)$"
-    r"|^_*rank_?(?:0|zero)$",
+    r"|^_*rank_?(?:0|zero)$|^_*master$",
     re.IGNORECASE)
 # functions whose result is a rank or a main-process flag
 RANK_CALLS = frozenset({

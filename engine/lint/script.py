@@ -88,7 +88,7 @@ class Script:
         self.ifs: list[tuple[ast.If, _Ctx]] = []
         self.loops: list[tuple[ast.AST, _Ctx]] = []
         self._index()
-        self.ranks = RankModel()
+        self.ranks = RankModel(self._spawn_rank_params())
         self._taint()
         self.metric_names, self.fsdp_names, self.syncbn_names = self._wrapped_names()
         self.full_state_dict = "FULL_STATE_DICT" in text or "full_state_dict=True" in text
@@ -102,7 +102,14 @@ class Script:
 
     # --- pass 1: imports, definitions, assignments
     def _index(self) -> None:
+        used = self.names_used = set()  # identifiers, attributes and keywords in code (comments never count)
         for node in ast.walk(self.tree):
+            if isinstance(node, ast.Name):
+                used.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                used.add(node.attr)
+            elif isinstance(node, ast.keyword) and node.arg:
+                used.add(node.arg)
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
@@ -113,7 +120,7 @@ class Script:
                 for item in node.body:
                     if isinstance(item, FUNC_TYPES):
                         self.methods.setdefault(item.name, []).append(item)
-                        item._gd_method = True  # type: ignore[attr-defined]
+                        item._gd_method = node.name  # type: ignore[attr-defined]
             elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names = [n for t in targets for n in _target_names(t)]
@@ -134,6 +141,17 @@ class Script:
     def imports_any(self, *modules: str) -> bool:
         return any(v == m or v.startswith(m + ".") for v in self.aliases.values() for m in modules)
 
+    def _spawn_rank_params(self) -> set[str]:
+        """mp.spawn(fn, ...) calls fn(index, ...): fn's first parameter is the process's rank."""
+        names = set()
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and last_name(node.func) in ("spawn", "start_processes") and node.args:
+                target = last_name(node.args[0])
+                for fn in self.functions.get(target or "", []):
+                    if fn.args.args:
+                        names.add(fn.args.args[0].arg)
+        return names
+
     def _taint(self) -> None:
         for _ in range(3):  # is_main = rank == 0; master = is_main and not dry_run
             grew = False
@@ -144,8 +162,12 @@ class Script:
             if not grew:
                 break
 
+    def _has_buffers(self) -> bool:
+        return "BatchNorm" in self.text or "register_buffer" in self.text
+
     def _wrapped_names(self):
         metrics, fsdp, syncbn = set(), set(), set()
+        self.ddp_buffer_names: set[str] = set()
         for names, value in self.assigns:
             if not isinstance(value, ast.Call):
                 continue
@@ -160,6 +182,10 @@ class Script:
                 fsdp.add(arg0)
             if tail == "convert_sync_batchnorm" or (arg0 in syncbn and tail in ("DistributedDataParallel", "DDP")):
                 syncbn.update(names)
+            elif tail in ("DistributedDataParallel", "DDP") and self._has_buffers() and not any(
+                    k.arg == "broadcast_buffers" and isinstance(k.value, ast.Constant) and not k.value.value
+                    for k in value.keywords):
+                self.ddp_buffer_names.update(names)
         for site_call in ast.walk(self.tree):
             if isinstance(site_call, ast.Call) and last_name(site_call.func) == "fully_shard" and site_call.args:
                 name = last_name(site_call.args[0])
@@ -238,6 +264,9 @@ class Script:
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
                 func.value.id in ("self", "cls") or func.value.id in self.class_names):
             return self.methods.get(func.attr, [])
+        if isinstance(func, ast.Attribute) and site.recv and site.recv.split(".", 1)[0] in ("self", "cls"):
+            # self.checkpointer.save(): a method of another class of this file (never the caller's own class)
+            return [m for m in self.methods.get(func.attr, []) if getattr(m, "_gd_method", None) != site.cls]
         return []
 
     @property
@@ -319,7 +348,12 @@ class Script:
         return any(s.attr == "eval" and s.recv == name and s.line <= site.line for s in self.calls_in(site.func))
 
     def mentions(self, *words: str) -> bool:
+        """Raw text search, comments included: for phrases that are not single identifiers."""
         return any(w in self.text for w in words)
+
+    def uses(self, *names: str) -> bool:
+        """Is any of these identifiers, attributes or keyword arguments used in the code?"""
+        return any(n in self.names_used for n in names)
 
 
 def _target_names(target: ast.AST) -> list[str]:

@@ -16,7 +16,7 @@ class BatchNormWithoutSyncBN(Check):
     summary = "BatchNorm under DDP without SyncBatchNorm: statistics from each GPU's small batch only"
 
     def find(self, script):
-        if script.mentions("SyncBatchNorm", "sync_batchnorm", "convert_sync_bn", "sync_bn"):
+        if any("sync" in n.lower() and ("bn" in n.lower() or "batchnorm" in n.lower()) for n in script.names_used):
             return
         bn = next((s for s in script.calls if s.attr and (s.attr.startswith("BatchNorm")
                                                           or BN_MODELS.match(s.attr))), None)

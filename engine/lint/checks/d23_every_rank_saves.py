@@ -21,7 +21,8 @@ class EveryRankSaves(Check):
             if script.effective_gate(site) is not None:
                 continue
             if site.name == "torch.save":
-                args = " ".join(ast.unparse(a) for a in (*site.node.args, *(k.value for k in site.node.keywords)))
+                target = site.node.args[1:2] or [k.value for k in site.node.keywords if k.arg == "f"]
+                args = _expanded(script, target)
                 if any(w in args for w in PER_RANK):
                     continue
                 yield Hit(site.line, site.node.col_offset,
@@ -34,3 +35,17 @@ class EveryRankSaves(Check):
                 yield Hit(site.line, site.node.col_offset,
                           "print in a loop runs on every rank: each line appears once per process; "
                           "print on rank 0 only", "note")
+
+
+def _expanded(script, nodes) -> str:
+    """The save call's arguments with the names in them replaced by what was assigned to them (2 levels)."""
+    text = " ".join(ast.unparse(n) for n in nodes)
+    names = {n.id for root in nodes for n in ast.walk(root) if isinstance(n, ast.Name)}
+    for _ in range(2):
+        more = set()
+        for targets, value in script.assigns:
+            if names & set(targets):
+                text += " " + ast.unparse(value)
+                more |= {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+        names = more
+    return text

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from gpudoctor.engine.lint.model import Check, Hit
 
-SHARDING_WORDS = ("DistributedSampler", "split_dataset_by_node", ".shard(", "num_replicas", "ElasticSampler",
-                  "DistributedBatchSampler", "accelerator.prepare", "prepare_data_loader", "setup_dataloaders",
-                  "deepspeed.initialize", "IterableDataset", "sampler=", "batch_sampler=")
+SHARDING_NAMES = ("DistributedSampler", "split_dataset_by_node", "shard", "num_replicas", "ElasticSampler",
+                  "DistributedBatchSampler", "prepare", "prepare_data_loader", "setup_dataloaders", "IterableDataset",
+                  "sampler", "batch_sampler")
 
 
 class DDPWithoutSampler(Check):
@@ -15,7 +15,8 @@ class DDPWithoutSampler(Check):
     summary = "DDP with a DataLoader that has no DistributedSampler: each rank trains on the same batches"
 
     def find(self, script):
-        if not script.mentions("DistributedDataParallel", "DDP(") or script.mentions(*SHARDING_WORDS):
+        if not script.uses("DistributedDataParallel", "DDP") or script.uses(*SHARDING_NAMES) or \
+                script.imports_any("deepspeed", "accelerate", "lightning", "pytorch_lightning"):
             return
         for site in script.calls:
             if site.attr != "DataLoader" or site.gate is not None:

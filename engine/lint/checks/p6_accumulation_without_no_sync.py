@@ -7,8 +7,7 @@ import re
 from gpudoctor.engine.lint.model import Check, Hit
 
 ACCUM_TEST = re.compile(r"%|accum|grad_acc|update_freq", re.IGNORECASE)
-HANDLED = ("no_sync", "require_backward_grad_sync", "accelerator.accumulate", "accelerator.backward",
-           ".backward(loss", "fabric.backward", "deepspeed", "set_requires_gradient_sync", "LightningModule")
+HANDLED = ("no_sync", "require_backward_grad_sync", "set_requires_gradient_sync", "accumulate", "LightningModule")
 
 
 class AccumulationWithoutNoSync(Check):
@@ -18,7 +17,8 @@ class AccumulationWithoutNoSync(Check):
     summary = "optimizer.step() every N micro-batches under DDP but backward() outside no_sync(): N x the traffic"
 
     def find(self, script):
-        if not script.mentions("DistributedDataParallel", "DDP(") or script.mentions(*HANDLED):
+        if not script.uses("DistributedDataParallel", "DDP") or script.uses(*HANDLED) or \
+                script.imports_any("deepspeed", "accelerate", "lightning", "pytorch_lightning"):
             return
         for node, ctx in script.ifs:
             if not ACCUM_TEST.search(ast.unparse(node.test)):
