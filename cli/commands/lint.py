@@ -58,7 +58,7 @@ def run(args, out) -> int:
             if code.upper() not in BY_CODE and code not in BY_SLUG:
                 known = ", ".join(BY_CODE)
                 raise UserError(f"--{option}: no check named {code!r} (checks: {known})")
-    result = lint_paths(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs)
+    result = lint_paths(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs, kb_dirs=args.kb)
     limit = SEVERITY_RANK[args.min_severity]
     findings = [f for f in result.findings if SEVERITY_RANK[f.severity] <= limit]
     if fmt == "json":
@@ -86,8 +86,13 @@ def _human(out, findings, result) -> None:
     for f in findings:
         head = f"{_safe(f.path)}:{f.line}:{f.col + 1}: "
         label = out.style(f.entry_id, "id") + " " + out.style(f.severity, STYLE[f.severity])
-        out.write(f"{head}{label} [{f.rule}]")
-        for line in textwrap.wrap(f.message, width - 2):
+        message = f.message
+        if len(head) + len(f.entry_id) + len(f.severity) + len(f.rule) + 4 <= width:
+            out.write(f"{head}{label} [{f.rule}]")
+        else:  # a long path keeps the header short; the slug leads the message
+            out.write(f"{head}{label}")
+            message = f"[{f.rule}] {message}"
+        for line in textwrap.wrap(message, width - 2):
             out.write("  " + line)
         src = _source_line(sources, f.path, f.line)
         if src is not None:

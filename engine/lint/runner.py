@@ -79,10 +79,10 @@ def _silenced(lines: list[str], line: int, check) -> bool:
     return check.code in codes or check.code.upper() in {c.upper() for c in codes} or check.slug in codes
 
 
-def lint_source(text: str, path: str = "<string>", *, select=None, ignore=None) -> LintResult:
+def lint_source(text: str, path: str = "<string>", *, select=None, ignore=None, kb_dirs=None) -> LintResult:
     """Lint one script given as text; a syntax error is reported in errors, not raised."""
     findings, error = _lint_text(text, path, _norm(select), _norm(ignore))
-    return LintResult(tuple(_with_fix_ids(findings)), ((path, error),) if error else (), 1)
+    return LintResult(tuple(_with_fix_ids(findings, kb_dirs)), ((path, error),) if error else (), 1)
 
 
 def _lint_text(text, path, select, ignore):
@@ -125,7 +125,7 @@ def expand(paths) -> tuple[list[str], list[tuple[str, str]]]:
     return files, errors
 
 
-def lint_paths(paths, *, select=None, ignore=None, jobs: int | None = None) -> LintResult:
+def lint_paths(paths, *, select=None, ignore=None, jobs: int | None = None, kb_dirs=None) -> LintResult:
     """Lint files and folders; folders are walked and their files linted by `jobs` worker processes."""
     files, errors = expand(paths)
     select, ignore = _norm(select), _norm(ignore)
@@ -145,16 +145,16 @@ def lint_paths(paths, *, select=None, ignore=None, jobs: int | None = None) -> L
         if error:
             errors.append((f, error))
     findings.sort(key=lambda x: (x.path, x.line, x.col, x.entry_id))
-    return LintResult(tuple(_with_fix_ids(findings)), tuple(errors), len(files))
+    return LintResult(tuple(_with_fix_ids(findings, kb_dirs)), tuple(errors), len(files))
 
 
-@lru_cache(maxsize=1)
-def fix_ids() -> dict[str, str]:
+@lru_cache(maxsize=4)
+def fix_ids(kb_dirs: tuple[str, ...] = ()) -> dict[str, str]:
     """entry id -> id of its first `kind: patch` fix action, from the catalogue (read once, when needed)."""
     try:
         from gpudoctor.kb.catalog import load_catalog
 
-        catalog = load_catalog()
+        catalog = load_catalog(list(kb_dirs) or None)
     except Exception:  # a broken user catalogue must not stop the lint; the ids are a convenience
         return {}
     out = {}
@@ -165,10 +165,10 @@ def fix_ids() -> dict[str, str]:
     return out
 
 
-def _with_fix_ids(findings):
+def _with_fix_ids(findings, kb_dirs=None):
     if not findings:
         return findings
-    ids = fix_ids()
+    ids = fix_ids(tuple(kb_dirs or ()))
     from dataclasses import replace
 
     return [replace(f, fix_id=ids.get(f.entry_id)) for f in findings]
