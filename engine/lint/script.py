@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 
 from gpudoctor.engine.lint.collectives import collective_of
 from gpudoctor.engine.lint.ranks import RankModel, decorator_gates, last_name
+from gpudoctor.engine.lint.tree import COMPOUND, OWN_ATTR, TreeIndex
 
 FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+TRY_TYPES = tuple(t for t in (ast.Try, getattr(ast, "TryStar", None)) if t is not None)
 EXITS = ("exit", "_exit", "quit")
 # text that marks a script run as several processes
 MULTIPROCESS_MARKERS = ("init_process_group", "DistributedDataParallel", "DistributedSampler", "mp.spawn",
@@ -102,32 +104,31 @@ class Script:
 
     # --- pass 1: imports, definitions, assignments
     def _index(self) -> None:
-        used = self.names_used = set()  # identifiers, attributes and keywords in code (comments never count)
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Name):
-                used.add(node.id)
-            elif isinstance(node, ast.Attribute):
-                used.add(node.attr)
-            elif isinstance(node, ast.keyword) and node.arg:
-                used.add(node.arg)
-            if isinstance(node, ast.Import):
-                for a in node.names:
-                    self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-            elif isinstance(node, ast.ImportFrom) and node.module:
+        idx = self.index = TreeIndex(self.tree)
+        used = self.names_used = {n.id for n in idx.of(ast.Name)}  # identifiers, attributes, keywords (never comments)
+        used.update(n.attr for n in idx.of(ast.Attribute))
+        used.update(n.arg for n in idx.of(ast.keyword) if n.arg)
+        for node in idx.of(ast.Import):
+            for a in node.names:
+                self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        for node in idx.of(ast.ImportFrom):
+            if node.module:
                 for a in node.names:
                     self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-            elif isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, FUNC_TYPES):
-                        self.methods.setdefault(item.name, []).append(item)
-                        item._gd_method = node.name  # type: ignore[attr-defined]
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                names = [n for t in targets for n in _target_names(t)]
-                if names:
-                    self.assigns.append((names, node.value))
-        for node in ast.walk(self.tree):
-            if isinstance(node, FUNC_TYPES) and not getattr(node, "_gd_method", False):
+        for node in idx.of(ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, FUNC_TYPES):
+                    self.methods.setdefault(item.name, []).append(item)
+                    item._gd_method = node.name  # type: ignore[attr-defined]
+        for node in idx.of(ast.Assign, ast.AnnAssign):
+            if node.value is None:
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n for t in targets for n in _target_names(t)]
+            if names:
+                self.assigns.append((names, node.value))
+        for node in idx.of(*FUNC_TYPES):
+            if not getattr(node, "_gd_method", False):
                 self.functions.setdefault(node.name, []).append(node)
         self.assigns.sort(key=lambda a: (a[1].lineno, a[1].col_offset))
 
@@ -144,8 +145,8 @@ class Script:
     def _spawn_rank_params(self) -> set[str]:
         """mp.spawn(fn, ...) calls fn(index, ...): fn's first parameter is the process's rank."""
         names = set()
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Call) and last_name(node.func) in ("spawn", "start_processes") and node.args:
+        for node in self.index.of(ast.Call):
+            if last_name(node.func) in ("spawn", "start_processes") and node.args:
                 target = last_name(node.args[0])
                 for fn in self.functions.get(target or "", []):
                     if fn.args.args:
@@ -186,8 +187,8 @@ class Script:
                     k.arg == "broadcast_buffers" and isinstance(k.value, ast.Constant) and not k.value.value
                     for k in value.keywords):
                 self.ddp_buffer_names.update(names)
-        for site_call in ast.walk(self.tree):
-            if isinstance(site_call, ast.Call) and last_name(site_call.func) == "fully_shard" and site_call.args:
+        for site_call in self.index.of(ast.Call):
+            if last_name(site_call.func) == "fully_shard" and site_call.args:
                 name = last_name(site_call.args[0])
                 if name:
                     fsdp.add(name)
@@ -196,16 +197,18 @@ class Script:
     # --- pass 2: statements with their rank gate
     def _visit_block(self, stmts: list[ast.stmt], ctx: _Ctx) -> None:
         for stmt in stmts:
+            own = getattr(stmt, OWN_ATTR, ())
+            if own:
+                self._record(own, ctx)  # the statement's own expressions run in ctx
+            if stmt.__class__ not in COMPOUND:
+                continue
             if isinstance(stmt, FUNC_TYPES):
-                self._visit_exprs(stmt.decorator_list, ctx)
                 deco = decorator_gates(stmt)
                 gate = Gate(f"@{deco}", stmt, "decorator") if deco else None
                 self._visit_block(stmt.body, _Ctx(stmt, ctx.cls, gate, False))
             elif isinstance(stmt, ast.ClassDef):
-                self._visit_exprs([*stmt.bases, *stmt.decorator_list], ctx)
                 self._visit_block(stmt.body, _Ctx(None, stmt.name, None, False))
             elif isinstance(stmt, ast.If):
-                self._visit_exprs([stmt.test], ctx)
                 self.ifs.append((stmt, ctx))
                 if self.ranks.is_rank_test(stmt.test):
                     reason = _short(stmt.test)
@@ -218,39 +221,31 @@ class Script:
                     self._visit_block(stmt.body, ctx)
                     self._visit_block(stmt.orelse, ctx)
             elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
-                self._visit_exprs([stmt.test] if isinstance(stmt, ast.While) else [stmt.iter], ctx)
-                inner = _Ctx(ctx.func, ctx.cls, ctx.gate, True)
                 self.loops.append((stmt, ctx))
-                self._visit_block(stmt.body, inner)
+                self._visit_block(stmt.body, _Ctx(ctx.func, ctx.cls, ctx.gate, True))
                 self._visit_block(stmt.orelse, ctx)
             elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-                self._visit_exprs([i.context_expr for i in stmt.items], ctx)
                 self._visit_block(stmt.body, ctx)
-            elif isinstance(stmt, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            elif isinstance(stmt, TRY_TYPES):
                 self._visit_block(stmt.body, ctx)
                 for h in stmt.handlers:
                     self._visit_block(h.body, ctx)
                 self._visit_block(stmt.orelse, ctx)
                 self._visit_block(stmt.finalbody, ctx)
             elif isinstance(stmt, ast.Match):
-                self._visit_exprs([stmt.subject], ctx)
                 for case in stmt.cases:
                     self._visit_block(case.body, ctx)
-            else:
-                self._visit_exprs([stmt], ctx)
 
-    def _visit_exprs(self, nodes, ctx: _Ctx) -> None:
-        for root in nodes:
-            for node in ast.walk(root):
-                if isinstance(node, ast.Call):
-                    func = node.func
-                    name = dotted(func)
-                    recv = dotted(func.value) if isinstance(func, ast.Attribute) else None
-                    self.calls.append(CallSite(node, self.resolve(name) if name else None, last_name(func), recv,
-                                               ctx.func, ctx.cls, ctx.gate, ctx.loop))
-                elif isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                                                         and node.value.startswith(("cuda", "ddp"))):
-                    self.strings.append(StringSite(node, ctx.gate, ctx.func))
+    def _record(self, nodes, ctx: _Ctx) -> None:
+        for node in nodes:
+            if node.__class__ is ast.Call:
+                func = node.func
+                name = dotted(func)
+                recv = dotted(func.value) if isinstance(func, ast.Attribute) else None
+                self.calls.append(CallSite(node, self.resolve(name) if name else None, last_name(func), recv,
+                                           ctx.func, ctx.cls, ctx.gate, ctx.loop))
+            elif node.__class__ is ast.JoinedStr or node.value.startswith(("cuda", "ddp")):
+                self.strings.append(StringSite(node, ctx.gate, ctx.func))
 
     # --- call graph
     def calls_in(self, func: ast.AST | None) -> list[CallSite]:
@@ -272,7 +267,7 @@ class Script:
     @property
     def class_names(self) -> set[str]:
         if not hasattr(self, "_class_names"):
-            self._class_names = {n.name for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)}
+            self._class_names = {n.name for n in self.index.of(ast.ClassDef)}
         return self._class_names
 
     def callers(self, func: ast.AST) -> list[CallSite]:

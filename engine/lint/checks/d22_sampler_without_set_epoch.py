@@ -15,7 +15,7 @@ class SamplerWithoutSetEpoch(Check):
     def find(self, script):
         if script.uses("set_epoch") or not any(_epoch_loop(node) for node, _ in script.loops):
             return  # no epoch loop here: whoever iterates the epochs (a trainer, another file) calls set_epoch
-        subclasses = {n.name for n in ast.walk(script.tree) if isinstance(n, ast.ClassDef)}
+        subclasses = script.class_names
         for site in script.calls:
             if site.attr != "DistributedSampler" or site.attr in subclasses:
                 continue
