@@ -48,6 +48,7 @@ class Trainer{n}:
                     print(f"step {{step}} loss {{loss.item():.3f}}")
             if self.rank == 0:
                 torch.save(self.model.state_dict(), f"ckpt_{{epoch}}.pt")
+                self.evaluate_{n}(batch)  # a D21: evaluate_ all-reduces through sync_
             dist.barrier()
 
 
