@@ -32,6 +32,10 @@ PINNED = [  # project, version: each ships distributed training entry points ins
     ("mmengine", "0.10.7"),  # mmengine/dist, runner
     ("trl", "1.16.0"),  # trl/scripts/, trainers
     ("ai2_olmo", "0.6.0"),  # olmo/train.py, scripts
+    ("lightning", "2.5.2"),  # lightning/fabric and lightning/pytorch strategies, rank-zero utilities
+    ("mosaicml", "0.31.0"),  # composer/trainer, composer/utils/dist.py, callbacks
+    ("megatron_core", "0.13.0"),  # megatron/core: parallel state, distributed checkpointing
+    ("deepspeed", "0.17.2"),  # sdist: deepspeed/runtime/engine.py (save_checkpoint), launcher
 ]
 SETUP = re.compile(r"init_process_group|DistributedSampler|init_device_mesh|Accelerator\(|PartialState\(|"
                    r"Fabric\(|deepspeed\.initialize|DistributedDataParallel\(")
@@ -42,20 +46,37 @@ def fetch(offline: bool) -> list[Path]:
     CACHE.mkdir(parents=True, exist_ok=True)
     roots = []
     for name, version in PINNED:
-        wheel = next(CACHE.glob(f"{name.replace('-', '_')}-{version}-*.whl"), None)
-        if wheel is None and not offline:
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--dest", str(CACHE),
-                            f"{name}=={version}"], check=False, stderr=subprocess.DEVNULL)
-            wheel = next(CACHE.glob(f"{name.replace('-', '_')}-{version}-*.whl"), None)
-        if wheel is None:
+        archive = _archive(name, version)
+        if archive is None and not offline:
+            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation", "-q",
+                            "--dest", str(CACHE), f"{name}=={version}"], check=False, stderr=subprocess.DEVNULL)
+            archive = _archive(name, version)
+        if archive is None:
             print(f"  skipped {name}=={version}: not in the cache", file=sys.stderr)
             continue
         target = CACHE / "unpacked" / f"{name}-{version}"
         if not target.exists():
-            with zipfile.ZipFile(wheel) as zf:
-                zf.extractall(target, [n for n in zf.namelist() if n.endswith((".py", ".sh"))])
+            _unpack(archive, target)
         roots.append(target)
     return roots
+
+
+def _archive(name: str, version: str) -> Path | None:
+    stem = name.replace("-", "_")
+    return next(CACHE.glob(f"{stem}-{version}-*.whl"), None) or next(CACHE.glob(f"{stem}-{version}.tar.gz"), None)
+
+
+def _unpack(archive: Path, target: Path) -> None:
+    """Only the Python and shell files; a source archive is read with tarfile's safe 'data' filter."""
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(target, [n for n in zf.namelist() if n.endswith((".py", ".sh"))])
+        return
+    import tarfile
+
+    with tarfile.open(archive) as tf:
+        members = [m for m in tf.getmembers() if m.isfile() and m.name.endswith((".py", ".sh"))]
+        tf.extractall(target, members, filter="data")
 
 
 def real_code(offline: bool, verbose: bool) -> dict:

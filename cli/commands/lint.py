@@ -16,7 +16,8 @@ set_epoch, set_device(RANK), DDP without a DistributedSampler, and more.
 
 Silence one line with a comment:  # gpudoctor: ignore[D21]
 
-exit codes: 0 clean, 1 findings, 2 a file could not be read or parsed
+exit codes: 0 clean, 1 findings, 2 a file could not be read or parsed,
+            3 a check failed (a gpudoctor bug; the other files are still linted)
 
 examples:
   gpudoctor lint train.py
@@ -75,6 +76,10 @@ def run(args, out) -> int:
         _human(out, findings, result)
     for path, message in result.errors:
         args.err.write(f"{args.err.style('gpudoctor: error:', 'fail')} {_safe(path)}: {message}")
+    from gpudoctor.engine.lint.runner import INTERNAL
+
+    if any(message.startswith(INTERNAL) for _, message in result.errors):
+        return 3
     if result.errors:
         return 2
     return 1 if findings else 0

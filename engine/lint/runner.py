@@ -17,6 +17,7 @@ SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", "node_module
              "site-packages", ".eggs", "build", "dist"}
 IGNORE = re.compile(r"#\s*gpudoctor:\s*ignore(?:\[([^\]]*)\])?", re.IGNORECASE)
 PARALLEL_MIN_FILES = 24  # below this, starting workers costs more than it saves
+INTERNAL = "internal error:"  # prefix of an error that is gpudoctor's fault (exit 3), not the file's
 
 
 class _Shell:
@@ -59,12 +60,22 @@ def _findings(text: str, path: str, select, ignore) -> list[LintFinding]:
     lines = text.splitlines()
     out = []
     for check in checks:
-        for hit in check.find(script):
+        try:
+            hits = list(check.find(script))
+        except (SyntaxError, RecursionError):
+            raise
+        except Exception as exc:  # a bug in one check must not hide the others' findings
+            raise CheckCrashed(f"{INTERNAL} check {check.code} failed: {type(exc).__name__}: {exc}") from exc
+        for hit in hits:
             if _silenced(lines, hit.line, check):
                 continue
             out.append(LintFinding(path, hit.line, hit.col, check.code, check.slug, hit.severity or check.severity,
                                    hit.message))
     return out
+
+
+class CheckCrashed(Exception):
+    """A check raised: reported as an internal error for that file, the other files still linted."""
 
 
 def _silenced(lines: list[str], line: int, check) -> bool:
@@ -91,6 +102,8 @@ def _lint_text(text, path, select, ignore):
     except SyntaxError as exc:
         where = f" (line {exc.lineno})" if exc.lineno else ""
         return [], f"does not parse: {exc.msg}{where}"
+    except CheckCrashed as exc:
+        return [], str(exc).splitlines()[0]
     except (ValueError, RecursionError) as exc:
         return [], f"cannot be analysed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 

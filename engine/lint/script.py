@@ -203,6 +203,7 @@ class Script:
             if stmt.__class__ not in COMPOUND:
                 continue
             if isinstance(stmt, FUNC_TYPES):
+                stmt._gd_parent = ctx.func  # type: ignore[attr-defined]  # the scope a bare name resolves in
                 deco = decorator_gates(stmt)
                 gate = Gate(f"@{deco}", stmt, "decorator") if deco else None
                 self._visit_block(stmt.body, _Ctx(stmt, ctx.cls, gate, False))
@@ -255,7 +256,14 @@ class Script:
         """Same-file functions a call may run: foo() -> def foo, self.foo() -> a method foo."""
         func = site.node.func
         if isinstance(func, ast.Name):
-            return self.functions.get(func.id, [])
+            found = self.functions.get(func.id, [])
+            if len(found) < 2:
+                return found
+            scopes, f = [None], site.func  # Python scoping: the enclosing functions, then the module
+            while f is not None:
+                scopes.append(f)
+                f = getattr(f, "_gd_parent", None)
+            return [d for d in found if getattr(d, "_gd_parent", None) in scopes]
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
                 func.value.id in ("self", "cls") or func.value.id in self.class_names):
             return self.methods.get(func.attr, [])

@@ -141,3 +141,39 @@ def test_correct_script_has_no_error_or_warning(path):
 
     found = [f for f in lint_paths([str(path)]).findings if f.severity != "note"]
     assert found == []
+
+
+def test_a_crashing_check_is_an_internal_error_for_that_file_only(tmp_path, monkeypatch):
+    from gpudoctor.engine.lint import lint_paths
+    from gpudoctor.engine.lint.checks import BY_CODE
+
+    (tmp_path / "a.py").write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n")
+    (tmp_path / "b.txt").write_text("not linted")
+
+    def boom(script):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(BY_CODE["MN3"], "find", boom)
+    result = lint_paths([str(tmp_path / "a.py")], jobs=1)
+    assert result.findings == ()
+    assert result.errors == ((str(tmp_path / "a.py"), "internal error: check MN3 failed: KeyError: 'bug'"),)
+
+
+def test_unreadable_inputs_are_named_not_raised(tmp_path):
+    (tmp_path / "nul.py").write_bytes(b"x = 1\x00\n")
+    (tmp_path / "latin.py").write_bytes(b"# -*- coding: ascii -*-\nx = '\xff'\n")
+    (tmp_path / "deep.py").write_text("x = " + "(" * 300 + "1" + ")" * 300 + "\n")
+    proc = run(tmp_path, "--format", "json")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    named = {Path(e["path"]).name for e in json.loads(proc.stdout)["errors"]}
+    assert {"nul.py", "latin.py"} <= named
+
+
+def test_pre_commit_hook_runs_this_command():
+    import yaml
+
+    hooks = yaml.safe_load((Path(__file__).resolve().parents[3] / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "gpudoctor-lint")
+    assert hook["entry"] == "gpudoctor lint" and hook["language"] == "python"
+    assert set(hook["types_or"]) == {"python", "shell"}
