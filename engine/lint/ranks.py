@@ -10,7 +10,7 @@ RANK_NAME = re.compile(r"^_*(?:[a-z0-9]+_)*rank(?:_?(?:id|idx|num|index))?$|^(?:
 # a flag true on some ranks only: is_main_process, master_process, trainer.is_global_zero, is_rank_zero
 MAIN_FLAG = re.compile(
     r"^_*(?:is_|am_)(?:local_|global_|node_)?(?:main|master|primary|leader|chief|rank_?0|rank_?zero|zero|first|last)"
-    r"(?:_process|_proc|_rank|_node|_worker|_host|_device)?$"
+    r"(?:_process|_proc|_rank|_node|_worker|_host|_device|_ordinal)?$"
     r"|^_*(?:local_|global_)?(?:main|master)_(?:process|proc|rank|worker)$"
     r"|^_*rank_?(?:0|zero)$|^_*master$",
     re.IGNORECASE)

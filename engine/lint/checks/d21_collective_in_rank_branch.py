@@ -51,6 +51,21 @@ def _complementary(site, candidates) -> bool:
         og = other.gate
         if og.node is gate.node and og.branch != gate.branch and {og.branch, gate.branch} == {"body", "else"}:
             return True
-        if og.node is not gate.node and og.reason != gate.reason and og.branch != "decorator":
+        if og.node is not gate.node and og.branch in ("body", "else", "after") and \
+                gate.branch in ("body", "else", "after") and _polarity(og) != _polarity(gate):
             return True
     return False
+
+
+def _polarity(gate) -> bool:
+    """True for the branch rank 0 takes as written (`== 0`, `in [-1, 0]`, `is_main`), False for its complement."""
+    import ast
+
+    test = gate.node.test
+    negative = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    if isinstance(test, ast.Compare) and any(isinstance(op, (ast.NotEq, ast.NotIn, ast.Gt, ast.GtE, ast.IsNot))
+                                             for op in test.ops):
+        negative = True
+    if gate.branch in ("else", "after"):
+        negative = not negative
+    return not negative
