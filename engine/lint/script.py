@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpudoctor.engine.lint.collectives import collective_of
 from gpudoctor.engine.lint.ranks import RankModel, decorator_gates, last_name

@@ -35,7 +35,6 @@ class DeviceFromGlobalRank(Check):
 
         seen = set()
         for site in script.calls:
-            call = site.node
             for value in _device_args(site):
                 key = (value.lineno, value.col_offset)
                 if key in seen:
