@@ -177,3 +177,7 @@ def test_pre_commit_hook_runs_this_command():
     hook = next(h for h in hooks if h["id"] == "gpudoctor-lint")
     assert hook["entry"] == "gpudoctor lint" and hook["language"] == "python"
     assert set(hook["types_or"]) == {"python", "shell"}
+    # the hook's own arguments: a file with notes only passes, one with a warning fails
+    notes_only = Path(__file__).resolve().parents[2] / "data" / "lint" / "correct" / "rank0_logging_no_collective.py"
+    assert run(notes_only).returncode == 1 and run(*hook["args"], notes_only).returncode == 0
+    assert run(*hook["args"], BUGGY / "p2_ddp_before_to_device.py").returncode == 1
