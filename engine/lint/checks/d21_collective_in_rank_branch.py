@@ -32,7 +32,7 @@ class CollectiveInRankBranch(Check):
                 continue
             gate = site.gate
             where = {"body": f"inside `if {gate.reason}:`", "else": f"in the else of `if {gate.reason[5:-1]}:`",
-                     "after": gate.reason, "decorator": f"in a {gate.reason} function"}[gate.branch]
+                     "after": gate.reason, "decorator": f"in a {gate.reason} function"}.get(gate.branch, gate.reason)
             yield Hit(site.line, site.node.col_offset,
                       f"{via}{desc} runs {where} (line {gate.node.lineno}); ranks outside the branch never join it "
                       "and every rank hangs; run it on all ranks and gate only the side effect")
