@@ -24,7 +24,7 @@ class CollectiveInRankBranch(Check):
                         desc, line, chain = hit
                         via = f"{site.attr}() -> {chain + ' -> ' if chain else ''}line {line}: "
                         break
-            if desc is None or _point_to_point(site):
+            if desc is None or _point_to_point(site) or _subgroup_members(site):
                 continue
             candidates.append((site, desc, via))
         for site, desc, via in candidates:
@@ -40,6 +40,18 @@ class CollectiveInRankBranch(Check):
 
 def _point_to_point(site) -> bool:
     return site.attr in ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+
+
+def _subgroup_members(site) -> bool:
+    """`if rank in ranks: all_reduce(t, group=g)`: the members of a subgroup run its collective, correctly."""
+    import ast
+
+    gate = site.gate
+    if not any(k.arg == "group" for k in site.node.keywords) or gate.branch != "body":
+        return False
+    test = gate.node.test
+    return isinstance(test, ast.Compare) and any(isinstance(op, (ast.In, ast.Lt, ast.LtE, ast.Gt, ast.GtE))
+                                                 for op in test.ops)
 
 
 def _complementary(site, candidates) -> bool:
