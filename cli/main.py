@@ -18,6 +18,7 @@ COMMANDS = {
     "probe": "probe",
     "check": "check",
     "fix": "fix",
+    "lint": "lint",
 }
 
 DESCRIPTION = """\
