@@ -188,7 +188,7 @@ def _where(e, single_input: bool) -> str:
 
 def _body(text: str) -> str:
     """A log line without its prefixes, on one line, safe to print."""
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.prefix import parse_prefix
 
     return " ".join(sanitize(parse_prefix(text).body).split())
 

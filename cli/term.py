@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -13,7 +12,6 @@ _STYLES = {
     "red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35", "cyan": "36",
     "heading": "1;36", "code": "33", "id": "1;33", "ok": "32", "fail": "1;31", "skip": "2",
 }
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
 
 
 def wants_color(stream: TextIO, flag: bool | None = None) -> bool:
@@ -44,12 +42,15 @@ def terminal_width(stream: TextIO | None = None, default: int = 80) -> int:
 
 
 def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
+    """Remove ANSI escape sequences (the engine's one implementation)."""
+    from gpudoctor.engine.display import strip_ansi as strip
+
+    return strip(text)
 
 
 def sanitize(text: str) -> str:
     """Make text from a log safe to print: no ANSI sequences, other controls shown as escapes."""
-    from gpudoctor.engine.lines import clean_for_display  # the one implementation; only log text needs it
+    from gpudoctor.engine.display import clean_for_display  # the one implementation; only log text needs it
 
     return clean_for_display(text)
 

@@ -1,7 +1,7 @@
 """Diagnose a failed run: scan every source, score catalogue entries, follow the ranks, read flight dumps."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable
 
 from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
@@ -24,7 +24,7 @@ class InputSummary:
     problem: str | None = None  # set when the source could be read only in part
 
 
-@dataclass
+@dataclass(frozen=True)
 class Diagnosis:
     findings: list[Finding]
     ranks: list  # list[gpudoctor.engine.ranks.RankReport]
@@ -35,13 +35,17 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     probe_results: dict = field(default_factory=dict)  # entry id -> [probes Result], with --probe
 
+    def top(self, n: int) -> "Diagnosis":
+        """A copy that keeps only the n best findings."""
+        return replace(self, findings=list(self.findings[:n]))
+
+    def with_probe_results(self, results: dict) -> "Diagnosis":
+        return replace(self, probe_results=dict(results))
+
 
 def pattern_set(catalog) -> PatternSet:
     """The catalogue's pattern set, built once per catalogue object and kept on it (never pickled)."""
-    patterns = catalog.__dict__.get("_patterns")
-    if patterns is None:
-        patterns = catalog.__dict__["_patterns"] = PatternSet.from_entries(catalog)
-    return patterns
+    return catalog.derived("patterns", PatternSet.from_entries)
 
 
 def diagnose(

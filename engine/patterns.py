@@ -9,6 +9,13 @@ from gpudoctor.kb.model import Entry, Signature
 
 STRUCT = "@"  # owner of structural patterns, which no entry owns
 
+# A rank that lost its peer: the line that finds one, and the words that classify an error as one.
+LOST_PEER = (
+    r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|Broken pipe|Failed to recv, got 0 bytes|"
+    r"communicator was aborted|remote process exited|Connection refused|ProcessGroup.*(?:aborted|shut ?down)|"
+    r"NCCL communicator.*abort"
+)
+
 # Lines the engine parses to follow ranks, collectives and errors, whatever the catalogue says.
 STRUCTURAL = {  # name: (regex, literals one of which every match contains; a test checks them)
     "traceback": (r"Traceback \(most recent call last\)", ("Traceback (most recent call last)",)),
@@ -18,14 +25,9 @@ STRUCTURAL = {  # name: (regex, literals one of which every match contains; a te
     "gloo-timeout": (r"Timed out waiting \d+ ?ms for (?:recv|send)|\[Gloo\] .*(?:timed out|Timeout)|Gloo connectFullMesh failed",
                      ("Timed out waiting ", "[Gloo] ", "Gloo connectFullMesh failed")),
     "init-complete": (r"Init COMPLETE", ("Init COMPLETE",)),
-    "root-cause": (r"Root Cause \(first observed failure\)", ("Root Cause (first observed failure)",)),
-    "child-failed": (r"ChildFailedError", ("ChildFailedError",)),
     "nccl-warn": (r" NCCL WARN ", (" NCCL WARN ",)),
-    "nccl-env": (r"\b(?:NCCL_[A-Z0-9_]+ set by environment to|(?:export )?(?:TORCH_)?NCCL_[A-Z0-9_]+=|TORCH_DISTRIBUTED_DEBUG=)",
-                 (" set by environment to", "NCCL_", "TORCH_DISTRIBUTED_DEBUG=")),
-    "nccl-net": (r"(?:NET/(?:Socket|IB|OFI)\s*: Using|Bootstrap\s*: Using)", (": Using", "Bootstrap")),
-    "lost-peer": (r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|communicator was aborted",
-                  ("Connection ", "remote worker crashing", "communicator was aborted")),
+    "lost-peer": (LOST_PEER, ("Connection ", "Connection refused", "remote worker crashing", "Broken pipe", "Failed to recv, got 0 bytes",
+                              "communicator was aborted", "remote process exited", "ProcessGroup", "NCCL communicator")),
     "signal": (r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*: -\d+", (") received by PID", "exitcode")),
     "mismatch": (r"Detected mismatch between collectives on ranks", ("Detected mismatch between collectives on ranks",)),
 }
@@ -55,11 +57,12 @@ class PatternSet:
         self._compiled: list[re.Pattern | None] = [None] * len(patterns)
         self._hs = None
         self._hs_tried = False
+        self._bytes: dict[int, re.Pattern] = {}
         self.prefiltered: list[int] = []  # patterns hyperscan could only take in prefilter mode
 
     def bytes_regex(self, index: int) -> re.Pattern:
         """The pattern as a bytes regex over whole blocks, as hyperscan reads them (a superset for ^ anchors)."""
-        cache = self.__dict__.setdefault("_bytes", {})
+        cache = self._bytes
         if index not in cache:
             p = self.patterns[index]
             flags = re.MULTILINE | (re.IGNORECASE if p.caseless else 0)

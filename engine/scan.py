@@ -12,12 +12,12 @@ MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounde
 MAX_TEXT = 4096  # characters of a matched line kept as evidence (around the match)
 KEEP_FIRST, KEEP_LAST = 8, 4
 COMMON_LITERAL = 256  # past this many lines with a literal in one block, the Python path switches to re  # matched lines kept per pattern: the first few and the most recent
-WINDOW_LINES = 60  # lines kept after a traceback or a root-cause header
+WINDOW_LINES = 60  # lines kept after a traceback header
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
 
 _ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
-_WINDOW_OPENERS = {"traceback", "root-cause", "mismatch"}
+_WINDOW_OPENERS = {"traceback"}  # the rank reading parses the lines after a traceback header
 
 
 @dataclass
@@ -211,7 +211,7 @@ class Scanner:
     def _verify(self, block: bytearray | bytes, limit: int, first_line: int,
                 candidates: dict[int, tuple[set[int], int]], result: SourceScan) -> tuple[int, int]:
         """Check candidate lines with Python re; returns (line number, offset) counted up to."""
-        from gpudoctor.engine.lines import parse_prefix
+        from gpudoctor.engine.prefix import parse_prefix
 
         regex, patterns = self.patterns.regex, self.patterns.patterns
         line_no, counted_to = first_line, 0

@@ -11,7 +11,7 @@ from pathlib import Path
 from gpudoctor.kb.model import SECTIONS, Entry
 
 BUILTIN_DIR = Path(__file__).resolve().parent
-CACHE_FORMAT = 7  # bump when Entry, the index or this file's cache layout changes
+CACHE_FORMAT = 8  # bump when Entry, the index or this file's cache layout changes
 _ID_PARTS = re.compile(r"^\s*([A-Za-z]+)[\s_-]*0*([0-9]+)\s*$")
 
 
@@ -37,13 +37,35 @@ class Catalog:
     index: object | None = None  # gpudoctor.kb.search.SearchIndex, built on demand, cached on its own
     rendered: dict[str, list] = field(default_factory=dict)  # id -> parsed Markdown blocks
     fingerprint: tuple | None = None  # of the files it was built from, for the side caches
+    _derived: dict = field(default_factory=dict, repr=False, compare=False)  # per process, never pickled
 
     def __getstate__(self):
         # the search index has its own cache file: commands other than search never unpickle it
         state = dict(self.__dict__)
         state["index"] = None
-        state.pop("_patterns", None)  # compiled per process by the diagnosis engine
+        state["_derived"] = {}
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("_derived", {})
+        self.__dict__.update(state)
+
+    def derived(self, name: str, build):
+        """An object computed from the entries (a compiled pattern set), built once per process
+        by `build(catalog)` and kept on the catalogue, never in its cache file."""
+        value = self._derived.get(name)
+        if value is None:
+            value = self._derived[name] = build(self)
+        return value
+
+    def probes_of(self, entry_id: str) -> tuple[str, ...]:
+        """The probe ids an entry lists (its YAML `probes:`), the one place that mapping lives."""
+        entry = self.get(entry_id)
+        return tuple(entry.probes) if entry is not None else ()
+
+    def probe_map(self) -> dict[str, tuple[str, ...]]:
+        """entry id -> the probes it lists, for every entry that lists any."""
+        return {e.id: tuple(e.probes) for e in self.entries.values() if e.probes}
 
     def titles(self) -> dict[str, str]:
         return {e.id: e.title for e in self.entries.values()}

@@ -125,9 +125,9 @@ def run(args, out) -> int:
             progress.close()
     if all(i.bytes == 0 for i in result.inputs if i.kind == "log") and not any(i.kind == "flight" for i in result.inputs):
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
-    result.findings = result.findings[: args.top]
+    result = result.top(args.top)
     if args.probe and result.findings:
-        result.probe_results = _run_probes(result.findings, args.err)
+        result = result.with_probe_results(_run_probes(result.findings, args.err))
     if fmt == "json":
         from gpudoctor.report import to_json
 
