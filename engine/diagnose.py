@@ -30,7 +30,7 @@ class Diagnosis:
     ranks: list  # list[gpudoctor.engine.ranks.RankReport]
     verdict: list[str]  # plain sentences: which rank died or fell behind first
     inputs: list[InputSummary]
-    engine: str  # "hyperscan" or "python"
+    engine: str  # "hyperscan", "re2" or "python"
     flight: object | None = None  # gpudoctor.engine.flight.FlightReport
     notes: list[str] = field(default_factory=list)
     probe_results: dict = field(default_factory=dict)  # entry id -> [probes Result], with --probe
@@ -54,6 +54,7 @@ def diagnose(
     *,
     stdin: BinaryIO | None = None,
     use_hyperscan: bool = True,
+    engine: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Diagnosis:
     """Scan the sources and explain them. Raises InputError for a source that cannot be opened at all."""
@@ -63,7 +64,7 @@ def diagnose(
     # for a few MB the literal prefilter is faster than loading hyperscan; stdin may be any size
     known = [s.size for s in sources]
     small = all(size is not None for size in known) and sum(known) < HYPERSCAN_FROM_BYTES
-    scanner = Scanner(patterns, use_hyperscan=use_hyperscan and not small)
+    scanner = Scanner(patterns, use_hyperscan=use_hyperscan and not small, engine=engine)
     scans: list[tuple[Source, SourceScan]] = []
     inputs: list[InputSummary] = []
     dumps = []

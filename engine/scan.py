@@ -1,22 +1,26 @@
 """Stream a log of any size and bytes through the pattern set at constant memory, keeping matched lines."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
+from gpudoctor.engine.display import strip_ansi_bytes
 from gpudoctor.engine.patterns import PatternSet
+
+
+def _installed() -> list[str]:
+    from gpudoctor.engine.engines import available
+
+    return available()
 
 CHUNK = 16 << 20  # bytes read at a time, into one reused buffer
 MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounded
 MAX_TEXT = 4096  # characters of a matched line kept as evidence (around the match)
-KEEP_FIRST, KEEP_LAST = 8, 4
-COMMON_LITERAL = 256  # past this many lines with a literal in one block, the Python path switches to re  # matched lines kept per pattern: the first few and the most recent
+KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
 WINDOW_LINES = 60  # lines kept after a traceback header
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
 
-_ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
 _WINDOW_OPENERS = {"traceback"}  # the rank reading parses the lines after a traceback header
 
 
@@ -66,11 +70,17 @@ def _decode(raw: bytes | bytearray) -> str:
 
 
 class Scanner:
-    def __init__(self, patterns: PatternSet, *, use_hyperscan: bool = True):
+    """Reads streams block by block; an engine (hyperscan, re2, python) proposes lines, Python re verifies them."""
+
+    def __init__(self, patterns: PatternSet, *, use_hyperscan: bool = True, engine: str | None = None):
+        from gpudoctor.engine.engines import make_matcher
+
         self.patterns = patterns
-        self.db = patterns.hyperscan() if use_hyperscan else None
-        self.engine = "hyperscan" if self.db is not None else "python"
-        self._exact, self._folded, self._bare, self._singles = patterns.literal_table()
+        if engine is None and not use_hyperscan:
+            # small inputs: loading hyperscan's database costs more than it saves; re2 builds in milliseconds
+            engine = "re2" if "re2" in _installed() else "python"
+        self.matcher = make_matcher(patterns, engine)
+        self.engine = self.matcher.name
 
     def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None,
              size_hint: int | None = None) -> SourceScan:
@@ -124,9 +134,9 @@ class Scanner:
         if not result.binary and data.find(b"\x00", 0, min(end, 1 << 16)) >= 0:
             result.binary = True
         if data.find(b"\x1b", 0, end) >= 0:  # colour codes would split the words the patterns look for
-            data = _ANSI_BYTES.sub(b"", bytes(data[:end]))
+            data = strip_ansi_bytes(bytes(data[:end]))
             end = len(data)
-        candidates = self._candidates(data, end)
+        candidates = self.matcher.candidates(data, end)
         if candidates:
             line_no, counted_to = self._verify(data, end, first_line, candidates, result)
             newlines = line_no - first_line + data.count(b"\n", counted_to, end)
@@ -134,79 +144,6 @@ class Scanner:
             newlines = data.count(b"\n", 0, end)
         self._tail(data, end, first_line, newlines, result)
         return newlines
-
-    def _candidates(self, block: bytearray | bytes, end: int) -> dict[int, tuple[set[int], int]]:
-        """Line start offset -> (indexes of patterns that may match that line, offset of one match)."""
-        found: dict[int, tuple[set[int], int]] = {}
-
-        def add(start: int, indexes, at: int) -> None:
-            entry = found.get(start)
-            if entry is None:
-                found[start] = (set(indexes), at)
-            else:
-                entry[0].update(indexes)
-
-        if self.db is not None:
-            ends: list[tuple[int, int]] = []
-
-            def on_match(index, _start, end, _flags, _ctx):
-                ends.append((end, index))
-
-            with memoryview(block) as view:
-                self.db.scan(view[:end], match_event_handler=on_match)
-            for at, index in ends:
-                start = block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0
-                add(start, (index,), at)
-            return found
-        for table, haystack in ((self._exact, block), (self._folded, block[:end].lower() if self._folded else b"")):
-            for literal, indexes in table:
-                needle = literal.encode("utf-8")
-                pos = haystack.find(needle, 0, end)
-                seen = 0
-                while pos >= 0:
-                    start = haystack.rfind(b"\n", 0, pos) + 1
-                    seen += 1
-                    if seen > COMMON_LITERAL:
-                        # a literal on every other line ("step", "loss"): let re find the real matches
-                        # in the rest of the block rather than hand each line to Python
-                        for index in indexes:
-                            for m in self.patterns.bytes_regex(index).finditer(block, start, end):
-                                at = m.end()
-                                add(block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, (index,), at)
-                        break
-                    add(start, indexes, pos + len(needle))
-                    nl = haystack.find(b"\n", pos, end)
-                    if nl < 0:
-                        break
-                    pos = haystack.find(needle, nl + 1, end)
-        lowered = None
-        for p in self._singles:
-            # like hyperscan's single-match mode: the first line of the block that really matches
-            if p.caseless and lowered is None:
-                lowered = block[:end].lower()
-            haystack = lowered if p.caseless else block
-            regex = self.patterns.regex(p.index)
-            best = None
-            for literal in p.literals:
-                needle = literal.encode("utf-8")
-                pos = haystack.find(needle, 0, end if best is None else best)
-                while pos >= 0:
-                    start = block.rfind(b"\n", 0, pos) + 1
-                    nl = block.find(b"\n", pos, end)
-                    nl = end if nl < 0 else nl
-                    if regex.search(_decode(block[start:min(nl, start + MAX_TEXT * 2)])):
-                        best = start if best is None else min(best, start)
-                        break
-                    pos = haystack.find(needle, nl + 1, end if best is None else best)
-            if best is not None:
-                add(best, (p.index,), best)
-        if self._bare:  # patterns without a literal (none in the shipped catalogue): every line
-            start = 0
-            while start < end:
-                add(start, self._bare, start)
-                nl = block.find(b"\n", start, end)
-                start = end if nl < 0 else nl + 1
-        return found
 
     def _verify(self, block: bytearray | bytes, limit: int, first_line: int,
                 candidates: dict[int, tuple[set[int], int]], result: SourceScan) -> tuple[int, int]:

@@ -28,7 +28,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("paths", nargs="*", metavar="PATH", help="log files or directories; - or nothing reads stdin")
     parser.add_argument("--format", "-f", choices=("text", "json", "markdown"), default=None,
                         help="output format (default text; --json is the same as --format json)")
-    parser.add_argument("--no-hyperscan", action="store_true", help="use the pure-Python matcher (same findings, slower)")
+    parser.add_argument("--engine", choices=("auto", "hyperscan", "re2", "python"), default="auto",
+                        help="multi-pattern engine (default: the fastest installed; every engine gives the same findings)")
+    parser.add_argument("--no-hyperscan", action="store_true", help="the same as --engine python")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N findings (default 5)")
     parser.add_argument("--probe", action="store_true",
                         help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
@@ -117,7 +119,8 @@ def run(args, out) -> int:
     if args.err.stream.isatty() and (total is None or total >= PROGRESS_MIN_BYTES):
         progress = _Progress(args.err, total)
     try:
-        result = diagnose(catalog, sources, stdin=stdin, use_hyperscan=not args.no_hyperscan, progress=progress)
+        engine = "python" if args.no_hyperscan else (None if args.engine == "auto" else args.engine)
+        result = diagnose(catalog, sources, stdin=stdin, engine=engine, progress=progress)
     except InputError as exc:
         raise UserError(str(exc)) from None
     finally:

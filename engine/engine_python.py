@@ -1,0 +1,96 @@
+"""The pure-Python engine: a literal prefilter in front of `re`, for platforms with no compiled engine."""
+from __future__ import annotations
+
+from gpudoctor.engine.patterns import Pattern, PatternSet
+
+COMMON_LITERAL = 256  # past this many lines with a literal in one block, hand the rest of the block to re
+MAX_TEXT = 4096
+
+
+def _decode(raw) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, starts) -> int | None:
+    """Of the given match offsets, the start of the first line that p's Python regex really matches
+    (what hyperscan's single-match mode reports for a context pattern)."""
+    regex = patterns.regex(p.index)
+    for pos in starts:
+        start = block.rfind(b"\n", 0, pos) + 1
+        nl = block.find(b"\n", pos, end)
+        nl = end if nl < 0 else nl
+        if regex.search(_decode(block[start:min(nl, start + MAX_TEXT * 2)])):
+            return start
+    return None
+
+
+class PythonMatcher:
+    name = "python"
+
+    def __init__(self, patterns: PatternSet, indexes=None):
+        self.patterns = patterns
+        self._exact, self._folded, self._bare, self._singles = patterns.literal_table(indexes)
+
+    def candidates(self, block, end: int):
+        found: dict[int, tuple[set[int], int]] = {}
+
+        def add(start: int, indexes, at: int) -> None:
+            entry = found.get(start)
+            if entry is None:
+                found[start] = (set(indexes), at)
+            else:
+                entry[0].update(indexes)
+
+        for table, haystack in ((self._exact, block), (self._folded, block[:end].lower() if self._folded else b"")):
+            for literal, indexes in table:
+                needle = literal.encode("utf-8")
+                pos = haystack.find(needle, 0, end)
+                seen = 0
+                while pos >= 0:
+                    start = haystack.rfind(b"\n", 0, pos) + 1
+                    seen += 1
+                    if seen > COMMON_LITERAL:
+                        # a literal on every other line ("step", "loss"): let re find the real matches
+                        # in the rest of the block rather than hand each line to Python
+                        for index in indexes:
+                            for m in self.patterns.bytes_regex(index).finditer(block, start, end):
+                                at = m.end()
+                                add(block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, (index,), at)
+                        break
+                    add(start, indexes, pos + len(needle))
+                    nl = haystack.find(b"\n", pos, end)
+                    if nl < 0:
+                        break
+                    pos = haystack.find(needle, nl + 1, end)
+        lowered = None
+        for p in self._singles:
+            # like hyperscan's single-match mode: the first line of the block that really matches
+            if p.caseless and lowered is None:
+                lowered = block[:end].lower()
+            haystack = lowered if p.caseless else block
+            best = None
+            for literal in p.literals:
+                needle = literal.encode("utf-8")
+                limit = end if best is None else best
+
+                def occurrences(needle=needle, limit=limit):
+                    pos = haystack.find(needle, 0, limit)
+                    while pos >= 0:
+                        yield pos
+                        nl = block.find(b"\n", pos, end)
+                        if nl < 0:
+                            return
+                        pos = haystack.find(needle, nl + 1, limit)
+
+                start = first_matching_line(self.patterns, p, block, end, occurrences())
+                if start is not None:
+                    best = start if best is None else min(best, start)
+            if best is not None:
+                add(best, (p.index,), best)
+        if self._bare:  # patterns without a literal (none in the shipped catalogue): every line
+            start = 0
+            while start < end:
+                add(start, self._bare, start)
+                nl = block.find(b"\n", start, end)
+                start = end if nl < 0 else nl + 1
+        return found
