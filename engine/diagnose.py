@@ -88,18 +88,20 @@ def diagnose(
         if id(source) in done:
             result = done[id(source)]
             scans.append((source, result))
-            inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines))
+            inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines,
+                                       result.problem))
             continue
-        stream = open_source(source, stdin)
-        problem = None
         try:
+            stream = open_source(source, stdin)
+        except InputError as exc:  # vanished or unreadable since it was listed: named, and the rest are read
+            inputs.append(InputSummary(source.name, 0, 0, "log", problem=str(exc)))
+            continue
+        try:  # reading never raises: a truncated archive or a read error ends the stream (result.problem)
             result = scanner.scan(stream, source.name, progress, None if source.compressed else source.size)
-        except (OSError, EOFError) as exc:  # a truncated .gz, a read error half-way
-            problem = f"{source.name}: read stopped early: {exc}"
-            result = SourceScan(name=source.name)
         finally:
             if source.path is not None:
                 stream.close()
+        problem = result.problem
         scans.append((source, result))
         analysis.add(source, result)
         inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem))
@@ -143,6 +145,7 @@ def diagnose(
     findings = build_findings(entries, matched)
     notes = [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
+    notes += [f"{i.name}: binary data (NUL bytes) was read as text" for i in inputs if i.binary]
     return Diagnosis(findings, ranks, verdict, inputs, scanner.engine, flight_report, notes)
 
 

@@ -95,6 +95,7 @@ def merge(parts: list[SourceScan]) -> SourceScan:
         total.bytes += part.bytes
         total.binary |= part.binary
         total.cut_lines += part.cut_lines
+        total.problem = total.problem or part.problem
         moved: dict[int, Hit] = {}  # one line can be a hit of several patterns: shift it once
 
         def shift(hit: Hit) -> Hit:

@@ -63,6 +63,7 @@ class SourceScan:
     tail: list[tuple[int, str]] = field(default_factory=list)  # the last non-empty lines
     cut_lines: int = 0  # lines longer than MAX_LINE, scanned in pieces
     binary: bool = False  # NUL bytes seen
+    problem: str | None = None  # the stream ended early (a truncated archive, a read error): what was read is kept
 
 
 def _decode(raw: bytes | bytearray) -> str:
@@ -125,6 +126,7 @@ class Scanner:
         if held:
             self._block(buffer, held, line_no, result)
         result.lines = line_no if (held or partial) else line_no - 1
+        result.problem = getattr(stream, "problem", None)
         view.release()
         return result
 
