@@ -22,6 +22,7 @@ class InputSummary:
     binary: bool = False
     cut_lines: int = 0
     problem: str | None = None  # set when the source could be read only in part
+    huge_lines: bool = False  # lines of 512 KiB or more
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def diagnose(
             result = done[id(source)]
             scans.append((source, result))
             inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines,
-                                       result.problem))
+                                       result.problem, result.huge_lines))
             continue
         try:
             stream = open_source(source, stdin)
@@ -104,7 +105,8 @@ def diagnose(
         problem = result.problem
         scans.append((source, result))
         analysis.add(source, result)
-        inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem))
+        inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem,
+                                   result.huge_lines))
 
     matched: dict[str, dict[str, SignatureHits]] = {}
     for _source, result in scans:
@@ -146,6 +148,8 @@ def diagnose(
     notes = [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
     notes += [f"{i.name}: binary data (NUL bytes) was read as text" for i in inputs if i.binary]
+    notes += [f"{i.name}: holds lines of 512 KiB or more; evidence from them is the text around each match"
+              for i in inputs if i.huge_lines and not i.cut_lines]
     return Diagnosis(findings, ranks, verdict, inputs, scanner.engine, flight_report, notes)
 
 

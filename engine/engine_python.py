@@ -11,16 +11,17 @@ def _decode(raw) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, starts) -> int | None:
-    """Of the given match offsets, the start of the first line that p's Python regex really matches
-    (what hyperscan's single-match mode reports for a context pattern)."""
+def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offsets) -> tuple[int, int] | None:
+    """Of the given match offsets, (line start, offset) of the first line that p's Python regex really
+    matches (what hyperscan's single-match mode reports for a context pattern)."""
     regex = patterns.regex(p.index)
-    for pos in starts:
+    for pos in offsets:
         start = block.rfind(b"\n", 0, pos) + 1
         nl = block.find(b"\n", pos, end)
         nl = end if nl < 0 else nl
-        if regex.search(_decode(block[start:min(nl, start + MAX_TEXT * 2)])):
-            return start
+        lo = start if nl - start <= MAX_TEXT * 2 else max(start, pos - MAX_TEXT)
+        if regex.search(_decode(block[lo:min(nl, lo + MAX_TEXT * 2)])):
+            return start, pos
     return None
 
 
@@ -68,7 +69,7 @@ class PythonMatcher:
             if p.caseless and lowered is None:
                 lowered = block[:end].lower()
             haystack = lowered if p.caseless else block
-            best = None
+            best, best_at = None, 0
             for literal in p.literals:
                 needle = literal.encode("utf-8")
                 limit = end if best is None else best
@@ -82,11 +83,11 @@ class PythonMatcher:
                             return
                         pos = haystack.find(needle, nl + 1, limit)
 
-                start = first_matching_line(self.patterns, p, block, end, occurrences())
-                if start is not None:
-                    best = start if best is None else min(best, start)
+                first = first_matching_line(self.patterns, p, block, end, occurrences())
+                if first is not None and (best is None or first[0] < best):
+                    best, best_at = first
             if best is not None:
-                add(best, (p.index,), best)
+                add(best, (p.index,), best_at)
         if self._bare:  # patterns without a literal (none in the shipped catalogue): every line
             start = 0
             while start < end:

@@ -39,10 +39,10 @@ class Re2Matcher:
             index = self.set_ids[k]
             regex = self.regexes[k]
             if patterns[index].single:
-                start = first_matching_line(self.patterns, patterns[index], data, end,
+                first = first_matching_line(self.patterns, patterns[index], data, end,
                                             (m.start() for m in regex.finditer(data)))
-                if start is not None:
-                    add(start, index, start)
+                if first is not None:
+                    add(first[0], index, first[1])
                 continue
             for m in regex.finditer(data):
                 at = m.end()

@@ -15,6 +15,7 @@ def _installed() -> list[str]:
 
 CHUNK = 16 << 20  # bytes read at a time, into one reused buffer
 MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounded
+HUGE_LINE = 1 << 19  # a line this long is flagged in every output format
 MAX_TEXT = 4096  # characters of a matched line kept as evidence (around the match)
 KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
 WINDOW_LINES = 60  # lines kept after a traceback header
@@ -63,11 +64,22 @@ class SourceScan:
     tail: list[tuple[int, str]] = field(default_factory=list)  # the last non-empty lines
     cut_lines: int = 0  # lines longer than MAX_LINE, scanned in pieces
     binary: bool = False  # NUL bytes seen
+    huge_lines: bool = False  # a line of HUGE_LINE bytes or more (evidence from it is the text around the match)
     problem: str | None = None  # the stream ended early (a truncated archive, a read error): what was read is kept
 
 
 def _decode(raw: bytes | bytearray) -> str:
     return raw.decode("utf-8", "replace")
+
+
+def _centred(text: str, m, cut_left: bool, cut_right: bool) -> str:
+    """At most MAX_TEXT characters of a giant line, centred on the match, marked where they were cut."""
+    half = MAX_TEXT // 2 - 2
+    mid = (m.start() + m.end()) // 2 if m is not None else len(text) // 2
+    lo = max(0, mid - half)
+    hi = min(len(text), lo + 2 * half)
+    lo = max(0, hi - 2 * half)
+    return ("…" if cut_left or lo else "") + text[lo:hi] + ("…" if cut_right or hi < len(text) else "")
 
 
 class Scanner:
@@ -135,6 +147,9 @@ class Scanner:
         """Scan data[:end], whole lines from first_line; returns how many newlines it holds."""
         if not result.binary and data.find(b"\x00", 0, min(end, 1 << 16)) >= 0:
             result.binary = True
+        if not result.huge_lines:
+            # every line of HUGE_LINE * 2 bytes or more spans one of these windows whole: a few finds per block
+            result.huge_lines = any(data.find(b"\n", k, k + HUGE_LINE) < 0 for k in range(0, end - HUGE_LINE + 1, HUGE_LINE))
         if data.find(b"\x1b", 0, end) >= 0:  # colour codes would split the words the patterns look for
             data = strip_ansi_bytes(bytes(data[:end]))
             end = len(data)
@@ -161,19 +176,23 @@ class Scanner:
             end = block.find(b"\n", start, limit)
             end = limit if end < 0 else end
             indexes, at = candidates[start]
-            if end - start > MAX_TEXT * 2:  # a giant line: keep the stretch around the match
+            giant = end - start > MAX_TEXT * 2
+            if giant:  # a giant line: read the stretch around the match
                 lo = max(start, at - MAX_TEXT)
                 raw = block[lo : min(end, at + MAX_TEXT)]
             else:
-                raw = block[start:end]
+                lo, raw = start, block[start:end]
             text = _decode(raw).rstrip("\r")
-            matched = [i for i in indexes if regex(i).search(text)]
+            found = {i: regex(i).search(text) for i in indexes}
+            matched = [i for i, m in found.items() if m]
             if len(matched) < len(indexes):  # anchored patterns read the line without its prefixes
                 body = parse_prefix(text).body
                 matched += [i for i in indexes if i not in matched and regex(i).search(body)]
             if not matched:
                 continue
-            hit = Hit(line_no, text[:MAX_TEXT])
+            if giant or len(text) > MAX_TEXT:
+                text = _centred(text, found.get(matched[0]), lo > start, lo + len(raw) < end)
+            hit = Hit(line_no, text)
             for i in matched:
                 result.hits.setdefault(i, PatternHits()).add(hit)
                 name = patterns[i].name

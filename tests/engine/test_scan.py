@@ -218,3 +218,31 @@ def test_engines_agree_when_a_literal_is_on_every_line(patterns):
     first = hits_of(results[ENGINES[0]])
     assert all(hits_of(r) == first for r in results.values())
     assert all(any(h.line_no == 2501 for hits in r.hits.values() for h in hits.all()) for r in results.values())
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("pad", [3000, 6000, 200_000])
+def test_evidence_on_a_huge_line_is_centred_on_the_error(patterns, engine, pad):
+    line = b"x" * pad + b" " + PORT.encode() + b" " + b"y" * pad
+    result = scan_bytes(patterns, line + b"\n", engine)
+    texts = {h.text for hits in result.hits.values() for h in hits.all()}
+    assert texts, "the error on the huge line was not found"
+    for text in texts:
+        assert len(text) <= scan_mod.MAX_TEXT
+        assert PORT in text and text.startswith("…") and text.endswith("…")
+        left = text.index(PORT)
+        right = len(text) - left - len(PORT)
+        assert abs(left - right) < 2 * len(PORT)  # the error sits in the middle of what is kept
+
+
+def test_binary_and_huge_line_input_is_flagged_in_every_format(cli_proc, tmp_path):
+    import json
+
+    path = tmp_path / "odd.log"
+    path.write_bytes(b"\x00\x01binary\x00\n" + b"z" * (3 << 20) + b"\n" + PORT.encode() + b"\n")
+    text = cli_proc("diagnose", str(path), env={"NO_COLOR": "1"})
+    md = cli_proc("diagnose", str(path), "--format", "markdown")
+    js = json.loads(cli_proc("diagnose", str(path), "--json").out)
+    for out in (text.out, md.out, "\n".join(js["notes"])):
+        assert "binary data" in out and "lines of 512 KiB or more" in out
+    assert js["inputs"][0]["binary"] is True and js["inputs"][0]["huge_lines"] is True
