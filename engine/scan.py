@@ -6,6 +6,7 @@ from typing import BinaryIO, Callable
 
 from gpudoctor.engine.display import strip_ansi_bytes
 from gpudoctor.engine.patterns import PatternSet
+from gpudoctor.engine.rewrap import detect_width, rejoin
 
 
 def _installed() -> list[str]:
@@ -94,6 +95,7 @@ class Scanner:
             engine = "re2" if "re2" in _installed() else "python"
         self.matcher = make_matcher(patterns, engine)
         self.engine = self.matcher.name
+        self._width: int | None = None
 
     def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None,
              size_hint: int | None = None) -> SourceScan:
@@ -108,6 +110,7 @@ class Scanner:
         held = 0  # bytes of an unfinished last line kept at the front of the buffer
         line_no = 1  # number of the line that starts the next block
         partial = False  # the last block ended inside one enormous line
+        self._width = None  # a hard-wrapped paste's width, read off the first block
         while True:
             if readinto is not None:
                 n = readinto(view[held : held + chunk])
@@ -131,11 +134,15 @@ class Scanner:
                     held = filled
                 continue
             end = cut + 1
+            if line_no == 1:
+                self._width = detect_width(bytes(buffer[: min(end, 1 << 16)]))
             line_no += self._block(buffer, end, line_no, result)
             held = filled - end
             buffer[:held] = view[end:filled]
             partial = False
         if held:
+            if line_no == 1:
+                self._width = detect_width(bytes(buffer[: min(held, 1 << 16)]))
             self._block(buffer, held, line_no, result)
         result.lines = line_no if (held or partial) else line_no - 1
         result.problem = getattr(stream, "problem", None)
@@ -152,6 +159,9 @@ class Scanner:
             result.huge_lines = any(data.find(b"\n", k, k + HUGE_LINE) < 0 for k in range(0, end - HUGE_LINE + 1, HUGE_LINE))
         if data.find(b"\x1b", 0, end) >= 0:  # colour codes would split the words the patterns look for
             data = strip_ansi_bytes(bytes(data[:end]))
+            end = len(data)
+        if self._width:  # a wrapped paste: rows rejoined, line numbers kept
+            data = rejoin(bytes(data[:end]), self._width)
             end = len(data)
         candidates = self.matcher.candidates(data, end)
         if candidates:

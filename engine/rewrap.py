@@ -1,0 +1,65 @@
+"""Rejoin the rows of a hard-wrapped paste (a terminal or web page cut long lines at its width) before matching."""
+from __future__ import annotations
+
+from gpudoctor.engine.prefix import parse_prefix
+
+__all__ = ["WIDTHS", "detect_width", "rejoin"]
+
+# terminal and page widths people paste from
+WIDTHS = (80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250, 256)
+_SAMPLE_LINES = 4000
+_MIN_FULL_ROWS = 1
+
+
+def _rows(sample: bytes) -> list[str]:
+    return sample.decode("utf-8", "replace").replace("\r\n", "\n").split("\n")[:_SAMPLE_LINES]
+
+
+def detect_width(sample: bytes) -> int | None:
+    """The width a paste was wrapped at: no row is longer, and several rows are exactly that long
+    (a log written by a program has some lines longer than any terminal, and few of one exact length)."""
+    rows = _rows(sample)
+    if len(rows) > 1 and not sample.endswith(b"\n"):
+        rows = rows[:-1]  # the sample may stop inside a row
+    lengths = [len(r.expandtabs(8)) for r in rows]
+    longest = max(lengths, default=0)
+    if longest not in WIDTHS:
+        return None
+    full = lengths.count(longest)
+    # rows exactly at the width, several of them and a fair share of the long ones
+    near = sum(1 for n in lengths if n > longest * 3 // 4)
+    return longest if full >= _MIN_FULL_ROWS and full * 3 >= near else None
+
+
+def _continues(row: str) -> bool:
+    """A row that carries on the one before: it starts no new record (no timestamp, rank or level prefix,
+    no traceback frame or header of its own)."""
+    if not row:
+        return False
+    p = parse_prefix(row)
+    if p.kinds and p.kinds != ("indent",):
+        return False
+    body = p.body.lstrip()
+    return not body.startswith(("File \"", "Traceback (most recent call last)", "During handling", "The above exception"))
+
+
+def rejoin(block: bytes, width: int) -> bytes:
+    """block with each row that is exactly `width` wide joined to the rows that continue it. A join
+    moves the newline to after the joined line, so every later line keeps its number and a joined
+    line is reported at its first row."""
+    rows = block.decode("utf-8", "surrogateescape").split("\n")
+    out: list[str] = []
+    owed = 0  # newlines to restore after the current logical line
+    i = 0
+    while i < len(rows):
+        line = rows[i]
+        while (i + 1 < len(rows) and len(rows[i].rstrip("\r").expandtabs(8)) == width
+               and _continues(rows[i + 1].rstrip("\r"))):
+            line = line.rstrip("\r") + rows[i + 1]
+            owed += 1
+            i += 1
+        out.append(line)
+        out.extend([""] * owed)
+        owed = 0
+        i += 1
+    return "\n".join(out).encode("utf-8", "surrogateescape")
