@@ -99,14 +99,20 @@ def generate(kind: str, size: int, seed: int = 7, plant_every: int = 5_000_000) 
     return ("\n".join(out) + "\n").encode()
 
 
-def write(path: Path, kind: str, size: int, seed: int = 7) -> Path:
-    """Write a generated log in 16 MB pieces, each from its own seed, so that memory stays small."""
-    piece = 16 << 20
+def write(path: Path, kind: str, size: int, seed: int = 7, pool_bytes: int = 24 << 20) -> Path:
+    """Write `size` bytes of `kind` lines quickly: a pool of distinct generated lines (24 MB by default,
+    more than any CPU cache), then every 8 MB piece drawn from it line by line at random, so that no
+    block ever repeats; a planted error about every 5 MB."""
+    r = random.Random(seed)
+    pool = generate(kind, pool_bytes, seed, plant_every=1 << 62).decode().split("\n")[:-1]
+    mean = sum(map(len, pool)) / len(pool) + 1
+    piece = 8 << 20
     with open(path, "wb") as fh:
-        written, k = 0, 0
+        written = 0
         while written < size:
-            data = generate(kind, min(piece, size - written), seed * 100_003 + k)
+            lines = r.choices(pool, k=max(1, int(min(piece, size - written) / mean)))
+            lines[r.randrange(len(lines))] = r.choice(PLANTED)
+            data = ("\n".join(lines) + "\n").encode()
             fh.write(data)
             written += len(data)
-            k += 1
     return path

@@ -10,7 +10,7 @@ __all__ = ["ANSI_PATTERN", "strip_ansi", "strip_ansi_bytes", "visible_text", "cl
 # newline, so the same pattern strips whole blocks of lines without changing their line count.
 ANSI_PATTERN = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[@-Z\\-_])?"
 _ANSI = re.compile(ANSI_PATTERN)
-_ANSI_BYTES = re.compile(ANSI_PATTERN.encode("ascii"))
+_ANSI_BYTES: re.Pattern[bytes] | None = None  # compiled when a block first holds an ESC
 
 
 def strip_ansi(text: str) -> str:
@@ -22,6 +22,9 @@ def strip_ansi(text: str) -> str:
 
 def strip_ansi_bytes(data: bytes | bytearray) -> bytes:
     """strip_ansi for raw bytes (a block of lines; newlines are never removed)."""
+    global _ANSI_BYTES
+    if _ANSI_BYTES is None:
+        _ANSI_BYTES = re.compile(ANSI_PATTERN.encode("ascii"))
     return _ANSI_BYTES.sub(b"", data)
 
 

@@ -8,12 +8,6 @@ from gpudoctor.engine.display import strip_ansi_bytes
 from gpudoctor.engine.patterns import PatternSet
 from gpudoctor.engine.rewrap import detect_width, rejoin
 
-
-def _installed() -> list[str]:
-    from gpudoctor.engine.engines import available
-
-    return available()
-
 CHUNK = 16 << 20  # bytes read at a time, into one reused buffer
 MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounded
 HUGE_LINE = 1 << 19  # a line this long is flagged in every output format
@@ -92,7 +86,7 @@ class Scanner:
         self.patterns = patterns
         if engine is None and not use_hyperscan:
             # small inputs: loading hyperscan's database costs more than it saves; re2 builds in milliseconds
-            engine = "re2" if "re2" in _installed() else "python"
+            engine = "re2"  # or python where re2 is not installed
         self.matcher = make_matcher(patterns, engine)
         self.engine = self.matcher.name
         self._width: int | None = None

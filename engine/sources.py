@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from gpudoctor.engine.lazyregex import LazyRegex
+
 __all__ = ["InputError", "Source", "resolve", "open_source", "codec_of", "rank_hints", "stdin_is_terminal",
            "GZIP_MAGIC"]
 
@@ -21,11 +23,11 @@ MAGIC = (
     (b"BZh", "bzip2"),
 )
 SNIFF_BYTES = 4096
-_GLOB_CHARS = re.compile(r"[*?\[]")
+_GLOB_CHARS = LazyRegex(r"[*?\[]")
 # rank0.log, rank_3.txt, nccl_rank_12.log, worker-rank7.out, log.r3
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|r)[_-]?(\d{1,5})(?:[^0-9]|$)", re.IGNORECASE)
+_RANK_IN_NAME = LazyRegex(r"(?:^|[^a-z])(?:rank|r)[_-]?(\d{1,5})(?:[^0-9]|$)", re.IGNORECASE)
 # torchrun --log-dir: <dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr,error}.{log,json}
-_TORCHRUN_LAYOUT = re.compile(r"attempt_(\d+)[/\\](\d+)[/\\](?:stdout|stderr|error)\.(?:log|json)$")
+_TORCHRUN_LAYOUT = LazyRegex(r"attempt_(\d+)[/\\](\d+)[/\\](?:stdout|stderr|error)\.(?:log|json)$")
 
 
 class InputError(Exception):

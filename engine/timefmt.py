@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import re
 
+from gpudoctor.engine.lazyregex import LazyRegex
+
 __all__ = ["MONTHS", "ISO", "GLOG_TIME", "iso_to_epoch", "seconds_of_day", "epoch"]
 
 MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
@@ -13,7 +15,7 @@ ISO = (
 )
 # c10 prints the month unpadded ("E626"), glog pads it ("I0501")
 GLOG_TIME = r"(\d{1,2})(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?"
-_ISO_ALONE = re.compile(ISO, re.ASCII)
+_ISO_ALONE = LazyRegex(ISO, re.ASCII)
 
 
 def _days_from_civil(y: int, m: int, d: int) -> int:
