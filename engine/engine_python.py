@@ -31,6 +31,39 @@ class PythonMatcher:
     def __init__(self, patterns: PatternSet, indexes=None):
         self.patterns = patterns
         self._exact, self._folded, self._bare, self._singles = patterns.literal_table(indexes)
+        self._covers: dict[int, list] = {}  # pattern index -> its literal covers, worked out when first needed
+
+    def _rarest_cover(self, index: int, haystack, start: int, end: int):
+        """Of the pattern's literal covers, the one with the fewest occurrences in haystack[start:end]
+        (a literal on every line is no filter; another word the regex needs may be rare), or None."""
+        if index not in self._covers:
+            from gpudoctor.engine.covers import covers
+
+            p = self.patterns.patterns[index]
+            self._covers[index] = [[s.encode("utf-8") for s in c] for c in covers(p.regex, p.caseless)]
+        best, best_count = None, COMMON_LITERAL * 4
+        counted: dict[bytes, int] = {}
+        for cover in self._covers[index]:
+            total = 0
+            for needle in cover:
+                if needle not in counted:
+                    counted[needle] = haystack.count(needle, start, end)
+                total += counted[needle]
+                if total >= best_count:
+                    break
+            if total < best_count:
+                best, best_count = cover, total
+        return best
+
+    def _lines_with(self, needles, haystack, start: int, end: int, index: int, add) -> None:
+        for needle in needles:
+            pos = haystack.find(needle, start, end)
+            while pos >= 0:
+                add(haystack.rfind(b"\n", 0, pos) + 1, (index,), pos + len(needle))
+                nl = haystack.find(b"\n", pos, end)
+                if nl < 0:
+                    break
+                pos = haystack.find(needle, nl + 1, end)
 
     def candidates(self, block, end: int):
         found: dict[int, tuple[set[int], int]] = {}
@@ -51,9 +84,13 @@ class PythonMatcher:
                     start = haystack.rfind(b"\n", 0, pos) + 1
                     seen += 1
                     if seen > COMMON_LITERAL:
-                        # a literal on every other line ("step", "loss"): let re find the real matches
-                        # in the rest of the block rather than hand each line to Python
+                        # a literal on every other line ("step", "loss"): another word the pattern needs
+                        # may be rare here; failing that, re finds the real matches in the rest of the block
                         for index in indexes:
+                            cover = self._rarest_cover(index, haystack, start, end)
+                            if cover is not None:
+                                self._lines_with(cover, haystack, start, end, index, add)
+                                continue
                             for m in self.patterns.bytes_regex(index).finditer(block, start, end):
                                 at = m.end()
                                 add(block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, (index,), at)

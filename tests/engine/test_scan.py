@@ -246,3 +246,15 @@ def test_binary_and_huge_line_input_is_flagged_in_every_format(cli_proc, tmp_pat
     for out in (text.out, md.out, "\n".join(js["notes"])):
         assert "binary data" in out and "lines of 512 KiB or more" in out
     assert js["inputs"][0]["binary"] is True and js["inputs"][0]["huge_lines"] is True
+
+
+def test_a_rare_word_the_pattern_needs_stands_in_for_a_literal_on_every_line(patterns):
+    # "loss" on every line: the Python engine looks for "nan" instead, and must find what the others find
+    lines = [f"[rank0] step {i} loss 0.{i % 89:02d} lr 3e-4" for i in range(4000)]
+    lines[3100] = "[rank0] step 3100 loss nan lr 3e-4"
+    data = ("\n".join(lines) + "\n").encode()
+    results = {engine: scan_bytes(patterns, data, engine) for engine in ENGINES}
+    first = hits_of(results[ENGINES[0]])
+    assert all(hits_of(r) == first for r in results.values())
+    nan = [i for i, p in enumerate(patterns.patterns) if p.name == "rank-nan"]
+    assert nan and all(3101 in first[i][1] for i in nan)
