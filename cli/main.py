@@ -49,13 +49,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"gpudoctor: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with `only`, the other commands are named but their modules not imported
+    (start-up time: each command imports what it needs)."""
     parser = _Parser(prog="gpudoctor", description=DESCRIPTION,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = _common()
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         module = importlib.import_module(f"gpudoctor.commands.{module_name}")
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                            parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,7 +94,8 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
 def _run(argv: list[str], stdout, stderr) -> int:
     from gpudoctor.term import Out
 
-    parser = build_parser()
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TextIO
 
 _STYLES = {
     "bold": "1", "dim": "2", "italic": "3", "underline": "4",
@@ -37,7 +39,7 @@ def terminal_width(stream: TextIO | None = None, default: int = 80) -> int:
         try:
             width = os.get_terminal_size(stream.fileno()).columns if stream.isatty() else default
         except (OSError, ValueError, AttributeError):
-            width = shutil.get_terminal_size((default, 24)).columns
+            width = default
     return max(40, min(width, 120))
 
 

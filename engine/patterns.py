@@ -56,6 +56,8 @@ class PatternSet:
         self.patterns = patterns
         self._compiled: list[re.Pattern | None] = [None] * len(patterns)
         self._bytes: dict[int, re.Pattern] = {}
+        # patterns anchored at the start of a line's body: only they need the prefixes stripped to verify
+        self.anchored = frozenset(p.index for p in patterns if prefilter_regex(p.regex) != p.regex)
         self.engines: dict[str, object] = {}  # compiled engine databases, built once per pattern set
 
     def bytes_regex(self, index: int) -> re.Pattern:

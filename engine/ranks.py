@@ -123,8 +123,6 @@ def _hint(source, per_rank_files: bool) -> int | None:
 
 def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_files: bool) -> None:
     from gpudoctor.engine.prefix import parse_prefix
-    from gpudoctor.engine.tracebacks import parse_tracebacks
-    from gpudoctor.engine.watchdog import parse_watchdog
 
     hint = _hint(source, per_rank_files)
     init_hits = scan.hits.get(index["init-complete"])
@@ -151,6 +149,8 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
     for opener, line_no, lines in scan.windows:
         if opener != "traceback":
             continue
+        from gpudoctor.engine.tracebacks import parse_tracebacks  # only logs with a traceback pay for it
+
         for tb in parse_tracebacks(lines):
             rank = tb.rank if tb.rank is not None else hint
             if not tb.exc_type or tb.exc_type.rsplit(".", 1)[-1] in _LAUNCHER_ERRORS:
@@ -189,6 +189,8 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             seen.add(rank)
             r = state.rank(rank)
             if name == "watchdog":
+                from gpudoctor.engine.watchdog import parse_watchdog
+
                 wd = parse_watchdog(parse_prefix(hit.text).body)
                 if wd is not None:
                     if wd.last_enqueued is not None:

@@ -10,6 +10,7 @@ from gpudoctor.engine.rewrap import detect_width, rejoin
 
 CHUNK = 16 << 20  # bytes read at a time, into one reused buffer
 MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounded
+TINY = 256 << 10  # under this, with no engine asked for, the Python engine is quicker to start than re2
 HUGE_LINE = 1 << 19  # a line this long is flagged in every output format
 MAX_TEXT = 4096  # characters of a matched line kept as evidence (around the match)
 KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
@@ -81,20 +82,29 @@ class Scanner:
     """Reads streams block by block; an engine (hyperscan, re2, python) proposes lines, Python re verifies them."""
 
     def __init__(self, patterns: PatternSet, *, use_hyperscan: bool = True, engine: str | None = None):
+        self.patterns = patterns
+        # small inputs: loading hyperscan's database costs more than it saves; re2 builds in milliseconds,
+        # and for a file under TINY bytes the Python engine needs no compiled set at all
+        self._small = engine is None and not use_hyperscan
+        self._matchers: dict[str, object] = {}
+        self.matcher = None if self._small else self._matcher(engine)
+        self.engine = self.matcher.name if self.matcher is not None else "python"
+        self._width: int | None = None
+
+    def _matcher(self, engine: str | None):
         from gpudoctor.engine.engines import make_matcher
 
-        self.patterns = patterns
-        if engine is None and not use_hyperscan:
-            # small inputs: loading hyperscan's database costs more than it saves; re2 builds in milliseconds
-            engine = "re2"  # or python where re2 is not installed
-        self.matcher = make_matcher(patterns, engine)
-        self.engine = self.matcher.name
-        self._width: int | None = None
+        if engine not in self._matchers:
+            self._matchers[engine] = make_matcher(self.patterns, engine)
+        return self._matchers[engine]
 
     def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None,
              size_hint: int | None = None) -> SourceScan:
         """Read the stream in chunks into one reused buffer; only whole lines reach the patterns."""
         result = SourceScan(name=name)
+        if self._small:
+            self.matcher = self._matcher("python" if size_hint is not None and size_hint < TINY else "re2")
+            self.engine = self.matcher.name
         # a small file gets a small buffer: zeroing 17 MB costs more than scanning 10 KB
         chunk = CHUNK if size_hint is None else max(1 << 16, min(CHUNK, size_hint + 1))
         # a file that fits in one read never carries a partial line into a second one
@@ -189,9 +199,10 @@ class Scanner:
             text = _decode(raw).rstrip("\r")
             found = {i: regex(i).search(text) for i in indexes}
             matched = [i for i, m in found.items() if m]
-            if len(matched) < len(indexes):  # anchored patterns read the line without its prefixes
+            anchored = [i for i in indexes if i not in matched and i in self.patterns.anchored]
+            if anchored:  # anchored patterns read the line without its prefixes
                 body = parse_prefix(text).body
-                matched += [i for i in indexes if i not in matched and regex(i).search(body)]
+                matched += [i for i in anchored if regex(i).search(body)]
             if not matched:
                 continue
             if giant or len(text) > MAX_TEXT:

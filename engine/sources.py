@@ -1,7 +1,6 @@
 """Turn what the user named (files, directories, globs, '-' for stdin) into readable sources, decompressed by magic bytes."""
 from __future__ import annotations
 
-import glob
 import os
 import re
 import stat
@@ -120,6 +119,8 @@ def _one(given: str, problems: list[str]) -> list[Source]:
         st = path.stat()
     except FileNotFoundError:
         if _GLOB_CHARS.search(given):  # a pattern the shell did not expand (quoted, or Windows)
+            import glob
+
             matches = sorted(glob.glob(given, recursive=True), key=lambda p: _natural(Path(p)))
             if not matches:
                 raise InputError(f"{given}: no file matches this pattern") from None

@@ -151,7 +151,30 @@ def user_dirs(extra: list[str] | None = None) -> list[Path]:
 
 
 def _entry_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.yaml") if p.is_file() and not p.name.startswith("."))
+    return [Path(p) for p, _ in _yaml_files(str(root))]
+
+
+def _yaml_files(root: str) -> list[tuple[str, os.stat_result]]:
+    """(path, stat) of every YAML file under root, sorted; os.scandir keeps start-up cheap."""
+    found: list[tuple[str, os.stat_result]] = []
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir():
+                    stack.append(entry.path)
+                elif entry.name.endswith(".yaml") and entry.is_file():
+                    found.append((entry.path, entry.stat()))
+            except OSError:
+                continue
+    return sorted(found)
 
 
 def _display(path: Path, root: Path, builtin: bool) -> str:
@@ -166,9 +189,8 @@ def _fingerprint(roots: list[tuple[Path, bool]]) -> tuple:
         if not root.is_dir():
             parts.append((str(root), "missing"))
             continue
-        for path in _entry_files(root):
-            st = path.stat()
-            parts.append((str(path), st.st_mtime_ns, st.st_size))
+        for path, st in _yaml_files(str(root)):
+            parts.append((path, st.st_mtime_ns, st.st_size))
     return (CACHE_FORMAT, sys.version_info[:2], tuple(parts))
 
 
