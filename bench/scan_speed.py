@@ -68,16 +68,20 @@ def best_of(n: int, argv: list[str]) -> tuple[float, int]:
 
 
 def in_process_rate(engine: str, data: bytes) -> float:
-    """MB/s of one Scanner on one core (no worker pool), the engine named."""
+    """MB/s of one Scanner on one core (no worker pool), the engine named, by CPU time (this process's
+    own: on a shared machine wall time also counts the other processes' turns)."""
     from gpudoctor.engine.diagnose import pattern_set
     from gpudoctor.engine.scan import Scanner
     from gpudoctor.kb.catalog import load_catalog
 
     scanner = Scanner(pattern_set(load_catalog()), engine=engine)
     assert scanner.engine == engine
-    start = time.perf_counter()
-    scanner.scan(io.BytesIO(data), "bench")
-    return len(data) / (time.perf_counter() - start) / 1e6
+    best = float("inf")
+    for _ in range(2):
+        start = time.process_time()
+        scanner.scan(io.BytesIO(data), "bench")
+        best = min(best, time.process_time() - start)
+    return len(data) / best / 1e6
 
 
 def main() -> int:
@@ -121,7 +125,7 @@ def main() -> int:
             for kind in ("nccl", "steps", "mix"):
                 data = loggen.generate(kind, args.engine_mb << 20, seed=5)
                 rates = {engine: in_process_rate(engine, data) for engine in available()}
-                print(f"engines {kind:<5} {len(data) / 2**20:.0f} MiB, one core: "
+                print(f"engines {kind:<5} {len(data) / 2**20:.0f} MiB, one core, CPU time: "
                       + ", ".join(f"{e} {r:,.1f} MB/s" for e, r in rates.items()))
                 if kind in ("nccl", "steps"):
                     ok &= rates["python"] >= 15

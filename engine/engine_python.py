@@ -25,6 +25,35 @@ def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offse
     return None
 
 
+GATE_LEN = 4  # bytes of a gate
+GATE_MIN = 3  # literals a gate must stand for to be worth its own pass
+# grams common in any English text, so present in most logs: no use as gates
+_COMMON_GRAMS = frozenset({"tion", "ment", "ther", "that", "with", "have", "ance", "ence", "ting", "atio", "ress",
+                           "ster", "ight", "able", "ally", "ould", "here", "ions", "inte", "rati", "ctio"})
+
+
+def gates(literals: list[str]) -> dict[str, str]:
+    """literal -> a short string it contains that it shares with at least GATE_MIN - 1 others.
+    Where a gate is absent from a block, so is every literal behind it: one pass instead of several."""
+    left = set(literals)
+    chosen: dict[str, str] = {}
+    while True:
+        counts: dict[str, set[str]] = {}
+        for lit in left:
+            for k in range(len(lit) - GATE_LEN + 1):
+                gram = lit[k : k + GATE_LEN]
+                if " " not in gram and gram.lower() not in _COMMON_GRAMS:
+                    counts.setdefault(gram, set()).add(lit)
+        if not counts:
+            return chosen
+        gate, members = max(counts.items(), key=lambda kv: (len(kv[1]), kv[0]))
+        if len(members) < GATE_MIN:
+            return chosen
+        for lit in members:
+            chosen[lit] = gate
+        left -= members
+
+
 class PythonMatcher:
     name = "python"
 
@@ -32,6 +61,10 @@ class PythonMatcher:
         self.patterns = patterns
         self._exact, self._folded, self._bare, self._singles = patterns.literal_table(indexes)
         self._covers: dict[int, list] = {}  # pattern index -> its literal covers, worked out when first needed
+        self._folded_rx: dict[int, object] = {}
+        single = [[lit for p in self._singles if p.caseless == folded for lit in p.literals] for folded in (False, True)]
+        self._gates = [gates(sorted({lit for lit, _ in table} | set(extra)))
+                       for table, extra in ((self._exact, single[0]), (self._folded, single[1]))]
 
     def _rarest_cover(self, index: int, haystack, start: int, end: int):
         """Of the pattern's literal covers, the one with the fewest occurrences in haystack[start:end]
@@ -55,6 +88,19 @@ class PythonMatcher:
                 best, best_count = cover, total
         return best
 
+    def _folded_regex(self, index: int):
+        """A caseless pattern as a case-sensitive regex over the lower-cased block (re is about twice as
+        fast without IGNORECASE), or None where lower-casing the pattern could change it (\\S, \\W ...)."""
+        if index not in self._folded_rx:
+            import re
+
+            from gpudoctor.engine.patterns import prefilter_regex
+
+            text = prefilter_regex(self.patterns.patterns[index].regex).replace("(?i)", "")
+            safe = self.patterns.patterns[index].caseless and not re.search(r"\\[A-Z]|\(\?[a-zA-Z]", text)
+            self._folded_rx[index] = re.compile(text.lower().encode("utf-8"), re.MULTILINE) if safe else None
+        return self._folded_rx[index]
+
     def _lines_with(self, needles, haystack, start: int, end: int, index: int, add) -> None:
         for needle in needles:
             pos = haystack.find(needle, start, end)
@@ -75,8 +121,23 @@ class PythonMatcher:
             else:
                 entry[0].update(indexes)
 
-        for table, haystack in ((self._exact, block), (self._folded, block[:end].lower() if self._folded else b"")):
+        lowered = block[:end].lower() if self._folded or any(p.caseless for p in self._singles) else b""
+        absent: list[dict[str, bool]] = [{}, {}]
+
+        def skip(literal: str, folded: bool) -> bool:
+            """Whether the literal's gate is absent from the block, and so the literal too."""
+            gate = self._gates[folded].get(literal)
+            if gate is None:
+                return False
+            seen = absent[folded]
+            if gate not in seen:
+                seen[gate] = (lowered if folded else block).find(gate.encode("utf-8"), 0, end) < 0
+            return seen[gate]
+
+        for table, haystack, folded in ((self._exact, block, False), (self._folded, lowered, True)):
             for literal, indexes in table:
+                if skip(literal, folded):
+                    continue
                 needle = literal.encode("utf-8")
                 pos = haystack.find(needle, 0, end)
                 seen = 0
@@ -91,7 +152,9 @@ class PythonMatcher:
                             if cover is not None:
                                 self._lines_with(cover, haystack, start, end, index, add)
                                 continue
-                            for m in self.patterns.bytes_regex(index).finditer(block, start, end):
+                            folded_rx = self._folded_regex(index) if haystack is not block else None
+                            rx, hay = (folded_rx, haystack) if folded_rx is not None else (self.patterns.bytes_regex(index), block)
+                            for m in rx.finditer(hay, start, end):
                                 at = m.end()
                                 add(block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, (index,), at)
                         break
@@ -100,14 +163,13 @@ class PythonMatcher:
                     if nl < 0:
                         break
                     pos = haystack.find(needle, nl + 1, end)
-        lowered = None
         for p in self._singles:
             # like hyperscan's single-match mode: the first line of the block that really matches
-            if p.caseless and lowered is None:
-                lowered = block[:end].lower()
             haystack = lowered if p.caseless else block
             best, best_at = None, 0
             for literal in p.literals:
+                if skip(literal, p.caseless):
+                    continue
                 needle = literal.encode("utf-8")
                 limit = end if best is None else best
 

@@ -11,18 +11,21 @@ _SAMPLE_LINES = 4000
 _MIN_FULL_ROWS = 1
 
 
-def _rows(sample: bytes) -> list[str]:
-    return sample.decode("utf-8", "replace").replace("\r\n", "\n").split("\n")[:_SAMPLE_LINES]
-
-
 def detect_width(sample: bytes) -> int | None:
     """The width a paste was wrapped at: no row is longer, and several rows are exactly that long
     (a log written by a program has some lines longer than any terminal, and few of one exact length)."""
-    rows = _rows(sample)
+    rows = sample.split(b"\n", _SAMPLE_LINES)[:_SAMPLE_LINES]
     if len(rows) > 1 and not sample.endswith(b"\n"):
         rows = rows[:-1]  # the sample may stop inside a row
-    lengths = [len(r.expandtabs(8)) for r in rows]
-    longest = max(lengths, default=0)
+    if not rows:
+        return None
+    if max(map(len, rows)) > 4 * WIDTHS[-1]:
+        return None  # cheap and common: a line longer than any terminal, even in multi-byte characters
+    if sample.isascii() and b"\t" not in sample:
+        lengths = [len(r.rstrip(b"\r")) for r in rows]
+    else:
+        lengths = [len(r.decode("utf-8", "replace").rstrip("\r").expandtabs(8)) for r in rows]
+    longest = max(lengths)
     if longest not in WIDTHS:
         return None
     full = lengths.count(longest)
