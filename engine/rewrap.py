@@ -19,9 +19,12 @@ def detect_width(sample: bytes) -> int | None:
         rows = rows[:-1]  # the sample may stop inside a row
     if not rows:
         return None
-    if max(map(len, rows)) > 4 * WIDTHS[-1]:
+    longest = max(map(len, rows))
+    if longest > 4 * WIDTHS[-1]:
         return None  # cheap and common: a line longer than any terminal, even in multi-byte characters
     if sample.isascii() and b"\t" not in sample:
+        if longest not in WIDTHS and longest - 1 not in WIDTHS:  # (a \r may end the longest row)
+            return None
         lengths = [len(r.rstrip(b"\r")) for r in rows]
     else:
         lengths = [len(r.decode("utf-8", "replace").rstrip("\r").expandtabs(8)) for r in rows]

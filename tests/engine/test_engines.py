@@ -43,3 +43,31 @@ def test_every_engine_gives_the_same_findings_on_real_logs(catalog, case):
     reference = results[engines[0]]
     for engine, summary in results.items():
         assert summary == reference, f"{engine} differs from {engines[0]}"
+
+
+def test_python_engine_gates_and_covers_are_sound(catalog):
+    import re
+
+    from gpudoctor.engine.covers import covers
+    from gpudoctor.engine.diagnose import pattern_set
+    from gpudoctor.engine.engine_python import PythonMatcher
+
+    patterns = pattern_set(catalog)
+    matcher = PythonMatcher(patterns)
+    for table in matcher._gates:
+        for literal, gate in table.items():
+            assert gate in literal  # a gate absent from a block rules out only literals that contain it
+    # every cover of every pattern: each real match of the pattern contains one of the cover's strings
+    samples = [h for case in CASES[:40] for h in (LOGS / case).rglob("*") if h.is_file()] + \
+              [LOGS / c for c in CASES[:40] if (LOGS / c).is_file()]
+    text = "\n".join(p.read_text(errors="replace") for p in samples[:60])
+    for p in patterns.patterns:
+        options = covers(p.regex, p.caseless)
+        regex = re.compile(p.regex, re.IGNORECASE if p.caseless else 0)
+        for line in text.splitlines():
+            m = regex.search(line)
+            if m is None:
+                continue
+            hay = line.lower() if p.caseless else line
+            for cover in options:
+                assert any(s in hay for s in cover), (p.name, sorted(cover), line[:200])
