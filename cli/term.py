@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,13 +56,15 @@ def sanitize(text: str) -> str:
     return clean_for_display(text)
 
 
-@dataclass
 class Out:
-    """Where a command writes, and how."""
+    """Where a command writes, and how. (A plain class: a dataclass costs start-up time on every run.)"""
 
-    stream: TextIO
-    color: bool
-    width: int
+    __slots__ = ("stream", "color", "width")
+
+    def __init__(self, stream: TextIO, color: bool, width: int):
+        self.stream = stream
+        self.color = color
+        self.width = width
 
     @classmethod
     def for_stream(cls, stream: TextIO, color_flag: bool | None = None) -> "Out":

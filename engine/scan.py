@@ -1,7 +1,6 @@
 """Stream a log of any size and bytes through the pattern set at constant memory, keeping matched lines."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
 from gpudoctor.engine.display import strip_ansi_bytes
@@ -21,19 +20,35 @@ TAIL_LINES = 6
 _WINDOW_OPENERS = {"traceback"}  # the rank reading parses the lines after a traceback header
 
 
-@dataclass
+# Plain classes rather than dataclasses: `diagnose` imports this module on every run, and each
+# dataclass costs a few milliseconds of start-up to generate.
 class Hit:
     """One line that a pattern matched, as decoded text (control characters intact: sanitise to print)."""
 
-    line_no: int  # 1-based, in the source as given (decompressed)
-    text: str
+    __slots__ = ("line_no", "text")
+
+    def __init__(self, line_no: int, text: str):
+        self.line_no = line_no  # 1-based, in the source as given (decompressed)
+        self.text = text
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Hit) and (self.line_no, self.text) == (other.line_no, other.text)
+
+    __hash__ = None  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return f"Hit(line_no={self.line_no!r}, text={self.text!r})"
 
 
-@dataclass
 class PatternHits:
-    count: int = 0
-    first: list[Hit] = field(default_factory=list)
-    last: list[Hit] = field(default_factory=list)
+    """How often one pattern matched, with the first few and the most recent lines."""
+
+    __slots__ = ("count", "first", "last")
+
+    def __init__(self, count: int = 0, first: list[Hit] | None = None, last: list[Hit] | None = None):
+        self.count = count
+        self.first = [] if first is None else first
+        self.last = [] if last is None else last
 
     def add(self, hit: Hit) -> None:
         self.count += 1
@@ -47,21 +62,31 @@ class PatternHits:
     def all(self) -> list[Hit]:
         return self.first + self.last
 
+    def __repr__(self) -> str:
+        return f"PatternHits(count={self.count!r}, first={self.first!r}, last={self.last!r})"
 
-@dataclass
+
 class SourceScan:
-    """What one source (file, stdin, decompressed .gz) held, as far as the patterns are concerned."""
+    """What one source (file, stdin, decompressed archive) held, as far as the patterns are concerned."""
 
-    name: str
-    bytes: int = 0
-    lines: int = 0
-    hits: dict[int, PatternHits] = field(default_factory=dict)
-    windows: list[tuple[str, int, list[str]]] = field(default_factory=list)  # (opener, line_no, lines)
-    tail: list[tuple[int, str]] = field(default_factory=list)  # the last non-empty lines
-    cut_lines: int = 0  # lines longer than MAX_LINE, scanned in pieces
-    binary: bool = False  # NUL bytes seen
-    huge_lines: bool = False  # a line of HUGE_LINE bytes or more (evidence from it is the text around the match)
-    problem: str | None = None  # the stream ended early (a truncated archive, a read error): what was read is kept
+    __slots__ = ("name", "bytes", "lines", "hits", "windows", "tail", "cut_lines", "binary", "huge_lines", "problem")
+
+    def __init__(self, name: str, bytes: int = 0, lines: int = 0, hits: dict[int, PatternHits] | None = None,  # noqa: A002
+                 windows: list | None = None, tail: list | None = None, cut_lines: int = 0, binary: bool = False,
+                 huge_lines: bool = False, problem: str | None = None):
+        self.name = name
+        self.bytes = bytes
+        self.lines = lines
+        self.hits: dict[int, PatternHits] = {} if hits is None else hits
+        self.windows: list[tuple[str, int, list[str]]] = [] if windows is None else windows  # (opener, line_no, lines)
+        self.tail: list[tuple[int, str]] = [] if tail is None else tail  # the last non-empty lines
+        self.cut_lines = cut_lines  # lines longer than MAX_LINE, scanned in pieces
+        self.binary = binary  # NUL bytes seen
+        self.huge_lines = huge_lines  # a line of HUGE_LINE bytes or more (evidence from it: the text around the match)
+        self.problem = problem  # the stream ended early (a truncated archive, a read error): what was read is kept
+
+    def __repr__(self) -> str:
+        return f"SourceScan(name={self.name!r}, bytes={self.bytes!r}, lines={self.lines!r}, hits={len(self.hits)})"
 
 
 def _decode(raw: bytes | bytearray) -> str:
