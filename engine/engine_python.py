@@ -27,6 +27,7 @@ def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offse
 
 GATE_LEN = 4  # bytes of a gate
 GATE_MIN = 3  # literals a gate must stand for to be worth its own pass
+GATE_FROM = 1 << 20  # blocks of this many bytes or more use gates
 # grams common in any English text, so present in most logs: no use as gates
 _COMMON_GRAMS = frozenset({"tion", "ment", "ther", "that", "with", "have", "ance", "ence", "ting", "atio", "ress",
                            "ster", "ight", "able", "ally", "ould", "here", "ions", "inte", "rati", "ctio"})
@@ -35,23 +36,25 @@ _COMMON_GRAMS = frozenset({"tion", "ment", "ther", "that", "with", "have", "ance
 def gates(literals: list[str]) -> dict[str, str]:
     """literal -> a short string it contains that it shares with at least GATE_MIN - 1 others.
     Where a gate is absent from a block, so is every literal behind it: one pass instead of several."""
-    left = set(literals)
+    members: dict[str, set[str]] = {}
+    for lit in literals:
+        for k in range(len(lit) - GATE_LEN + 1):
+            gram = lit[k : k + GATE_LEN]
+            if " " not in gram and gram.lower() not in _COMMON_GRAMS:
+                members.setdefault(gram, set()).add(lit)
     chosen: dict[str, str] = {}
-    while True:
-        counts: dict[str, set[str]] = {}
-        for lit in left:
-            for k in range(len(lit) - GATE_LEN + 1):
-                gram = lit[k : k + GATE_LEN]
-                if " " not in gram and gram.lower() not in _COMMON_GRAMS:
-                    counts.setdefault(gram, set()).add(lit)
-        if not counts:
+    while members:
+        gate = max(members, key=lambda g: (len(members[g]), g))
+        taken = members.pop(gate)
+        if len(taken) < GATE_MIN:
             return chosen
-        gate, members = max(counts.items(), key=lambda kv: (len(kv[1]), kv[0]))
-        if len(members) < GATE_MIN:
-            return chosen
-        for lit in members:
+        for lit in taken:
             chosen[lit] = gate
-        left -= members
+        for gram in list(members):
+            members[gram] -= taken
+            if len(members[gram]) < GATE_MIN:
+                del members[gram]
+    return chosen
 
 
 class PythonMatcher:
@@ -62,9 +65,7 @@ class PythonMatcher:
         self._exact, self._folded, self._bare, self._singles = patterns.literal_table(indexes)
         self._covers: dict[int, list] = {}  # pattern index -> its literal covers, worked out when first needed
         self._folded_rx: dict[int, object] = {}
-        single = [[lit for p in self._singles if p.caseless == folded for lit in p.literals] for folded in (False, True)]
-        self._gates = [gates(sorted({lit for lit, _ in table} | set(extra)))
-                       for table, extra in ((self._exact, single[0]), (self._folded, single[1]))]
+        self._gates: list[dict[str, str]] | None = None  # worked out for the first big block (see candidates)
 
     def _rarest_cover(self, index: int, haystack, start: int, end: int):
         """Of the pattern's literal covers, the one with the fewest occurrences in haystack[start:end]
@@ -111,7 +112,14 @@ class PythonMatcher:
                     break
                 pos = haystack.find(needle, nl + 1, end)
 
+    def _make_gates(self) -> list[dict[str, str]]:
+        single = [[lit for p in self._singles if p.caseless == folded for lit in p.literals] for folded in (False, True)]
+        return [gates(sorted({lit for lit, _ in table} | set(extra)))
+                for table, extra in ((self._exact, single[0]), (self._folded, single[1]))]
+
     def candidates(self, block, end: int):
+        if self._gates is None and end >= GATE_FROM:
+            self._gates = self._make_gates()
         found: dict[int, tuple[set[int], int]] = {}
 
         def add(start: int, indexes, at: int) -> None:
@@ -126,6 +134,8 @@ class PythonMatcher:
 
         def skip(literal: str, folded: bool) -> bool:
             """Whether the literal's gate is absent from the block, and so the literal too."""
+            if self._gates is None:  # a small block: a pass over it costs less than working out the gates
+                return False
             gate = self._gates[folded].get(literal)
             if gate is None:
                 return False

@@ -54,7 +54,7 @@ def test_python_engine_gates_and_covers_are_sound(catalog):
 
     patterns = pattern_set(catalog)
     matcher = PythonMatcher(patterns)
-    for table in matcher._gates:
+    for table in matcher._make_gates():
         for literal, gate in table.items():
             assert gate in literal  # a gate absent from a block rules out only literals that contain it
     # every cover of every pattern: each real match of the pattern contains one of the cover's strings
