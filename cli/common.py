@@ -1,7 +1,6 @@
 """Helpers shared by commands: load the catalogue once, report its problems, print JSON."""
 from __future__ import annotations
 
-import json
 
 
 def load(args):
@@ -17,6 +16,8 @@ def load(args):
 
 
 def print_json(out, payload) -> None:
+    import json
+
     out.write(json.dumps(payload, indent=2, ensure_ascii=False))
 
 

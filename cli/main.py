@@ -6,7 +6,9 @@ import importlib
 import sys
 
 from gpudoctor import __version__
-from gpudoctor.errors import EXIT_INTERRUPTED, EXIT_USAGE, UserError
+from gpudoctor.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
+
+ISSUES_URL = "https://github.com/gpudoctor/gpudoctor/issues"
 
 # command name -> module under gpudoctor.commands; each has HELP, add_arguments(parser), run(args, out)
 COMMANDS = {
@@ -25,7 +27,8 @@ DESCRIPTION = """\
 Troubleshoot distributed PyTorch training: name the cause of a hang, crash or
 wrong result from its logs, confirm it on your machines, and fix it.
 
-exit codes: 0 a result, 1 nothing found or a check failed, 2 bad usage or input
+exit codes: 0 a result, 1 nothing found or a check failed, 2 bad usage or input,
+            3 internal error (a bug; the message names the report file)
 environment: NO_COLOR disables colour; GPUDOCTOR_KB adds runbook folders
 """
 
@@ -48,13 +51,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"gpudoctor: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with `only`, the other commands are named but their modules not imported
+    (start-up time: each command imports what it needs)."""
     parser = _Parser(prog="gpudoctor", description=DESCRIPTION,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = _common()
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name)
+            continue
         module = importlib.import_module(f"gpudoctor.commands.{module_name}")
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
                            parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,13 +72,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
-    """Run one command; returns its exit code. stdout/stderr default to the process's streams."""
+    """Run one command; returns its exit code. stdout/stderr default to the process's streams.
+
+    Never raises: a usage or input problem is one message (exit 2), Ctrl-C and a closed pipe end
+    quietly, and anything else is a bug: one line naming a report file with the traceback (exit 3).
+    """
+    import os
+
+    stdout = stdout or sys.stdout or open(os.devnull, "w")  # started with stdout closed: output goes nowhere
+    stderr = stderr or sys.stderr or open(os.devnull, "w")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run(argv, stdout, stderr)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `gpudoctor list | head` is not an error
+        _silence(stdout)
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the one place every unexpected error ends
+        return _internal_error(exc, argv, stderr)
+
+
+def _run(argv: list[str], stdout, stderr) -> int:
     from gpudoctor.term import Out
 
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -86,20 +113,63 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     except UserError as exc:
         err.write(f"{err.style('gpudoctor: error:', 'fail')} {exc.message}")
         return exc.code
-    except KeyboardInterrupt:
-        err.write("gpudoctor: interrupted")
-        return EXIT_INTERRUPTED
+
+
+def _silence(stream) -> None:
+    """Point a closed pipe's descriptor at /dev/null, so that flushing at exit raises nothing more."""
+    import os
+
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def _internal_error(exc: BaseException, argv: list[str], stderr) -> int:
+    """Write the traceback to a report file under the cache folder and say where, on one line."""
+    import datetime
+    import os
+    import platform
+    import tempfile
+    import traceback
+
+    from gpudoctor.kb.catalog import cache_dir
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    text = (f"gpudoctor {__version__}, Python {platform.python_version()} on {platform.platform()}\n"
+            f"argv: {argv!r}\n\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    report = None
+    for folder in (cache_dir(), tempfile.gettempdir()):
+        if folder is None:
+            continue
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd, report = tempfile.mkstemp(prefix=f"crash-{stamp}-", suffix=".txt", dir=folder)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            break
+        except OSError:
+            report = None
+    where = f"the details are in {report}" if report else "no report file could be written"
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+    try:
+        stderr.write(f"gpudoctor: internal error ({what}); this is a bug: {where}; please report it at "
+                     f"{ISSUES_URL}\n")
+        stderr.flush()
+    except Exception:  # noqa: BLE001 - stderr itself is gone: the exit code still says it
+        pass
+    return EXIT_INTERNAL
 
 
 def entry() -> None:
     """Console-script entry point."""
+    code = main()
     try:
-        code = main()
         sys.stdout.flush()
-    except BrokenPipeError:  # `gpudoctor list | head` is not an error
-        import os
-
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = 0
+    except (BrokenPipeError, ValueError, AttributeError):
+        _silence(sys.stdout)
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
     sys.exit(code)

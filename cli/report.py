@@ -58,7 +58,8 @@ def to_json(diagnosis) -> dict:
         ],
         "verdict": diagnosis.verdict,
         "inputs": [
-            {"name": i.name, "kind": i.kind, "bytes": i.bytes, "lines": i.lines, "binary": i.binary, "problem": i.problem}
+            {"name": i.name, "kind": i.kind, "bytes": i.bytes, "lines": i.lines, "binary": i.binary,
+             "cut_lines": i.cut_lines, "huge_lines": getattr(i, "huge_lines", False), "problem": i.problem}
             for i in diagnosis.inputs
         ],
         "engine": diagnosis.engine,
@@ -177,6 +178,8 @@ def render_markdown(diagnosis) -> str:
         lines.append("")
     if diagnosis.verdict:
         lines += ["### Which rank?", ""] + [f"- {redact(sanitize(v))}" for v in diagnosis.verdict] + [""]
+    if diagnosis.notes:
+        lines += ["### Notes", ""] + [f"- {redact(sanitize(n))}" for n in diagnosis.notes] + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -188,7 +191,7 @@ def _where(e, single_input: bool) -> str:
 
 def _body(text: str) -> str:
     """A log line without its prefixes, on one line, safe to print."""
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.prefix import parse_prefix
 
     return " ".join(sanitize(parse_prefix(text).body).split())
 

@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import sys
-from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TextIO
 
 _STYLES = {
     "bold": "1", "dim": "2", "italic": "3", "underline": "4",
     "red": "31", "green": "32", "yellow": "33", "blue": "34", "magenta": "35", "cyan": "36",
     "heading": "1;36", "code": "33", "id": "1;33", "ok": "32", "fail": "1;31", "skip": "2",
 }
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
 
 
 def wants_color(stream: TextIO, flag: bool | None = None) -> bool:
@@ -39,28 +38,33 @@ def terminal_width(stream: TextIO | None = None, default: int = 80) -> int:
         try:
             width = os.get_terminal_size(stream.fileno()).columns if stream.isatty() else default
         except (OSError, ValueError, AttributeError):
-            width = shutil.get_terminal_size((default, 24)).columns
+            width = default
     return max(40, min(width, 120))
 
 
 def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
+    """Remove ANSI escape sequences (the engine's one implementation)."""
+    from gpudoctor.engine.display import strip_ansi as strip
+
+    return strip(text)
 
 
 def sanitize(text: str) -> str:
     """Make text from a log safe to print: no ANSI sequences, other controls shown as escapes."""
-    from gpudoctor.engine.lines import clean_for_display  # the one implementation; only log text needs it
+    from gpudoctor.engine.display import clean_for_display  # the one implementation; only log text needs it
 
     return clean_for_display(text)
 
 
-@dataclass
 class Out:
-    """Where a command writes, and how."""
+    """Where a command writes, and how. (A plain class: a dataclass costs start-up time on every run.)"""
 
-    stream: TextIO
-    color: bool
-    width: int
+    __slots__ = ("stream", "color", "width")
+
+    def __init__(self, stream: TextIO, color: bool, width: int):
+        self.stream = stream
+        self.color = color
+        self.width = width
 
     @classmethod
     def for_stream(cls, stream: TextIO, color_flag: bool | None = None) -> "Out":

@@ -1,7 +1,7 @@
 """Diagnose a failed run: scan every source, score catalogue entries, follow the ranks, read flight dumps."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import BinaryIO, Callable
 
 from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
@@ -22,26 +22,31 @@ class InputSummary:
     binary: bool = False
     cut_lines: int = 0
     problem: str | None = None  # set when the source could be read only in part
+    huge_lines: bool = False  # lines of 512 KiB or more
 
 
-@dataclass
+@dataclass(frozen=True)
 class Diagnosis:
     findings: list[Finding]
     ranks: list  # list[gpudoctor.engine.ranks.RankReport]
     verdict: list[str]  # plain sentences: which rank died or fell behind first
     inputs: list[InputSummary]
-    engine: str  # "hyperscan" or "python"
+    engine: str  # "hyperscan", "re2" or "python"
     flight: object | None = None  # gpudoctor.engine.flight.FlightReport
     notes: list[str] = field(default_factory=list)
     probe_results: dict = field(default_factory=dict)  # entry id -> [probes Result], with --probe
 
+    def top(self, n: int) -> "Diagnosis":
+        """A copy that keeps only the n best findings."""
+        return replace(self, findings=list(self.findings[:n]))
+
+    def with_probe_results(self, results: dict) -> "Diagnosis":
+        return replace(self, probe_results=dict(results))
+
 
 def pattern_set(catalog) -> PatternSet:
     """The catalogue's pattern set, built once per catalogue object and kept on it (never pickled)."""
-    patterns = catalog.__dict__.get("_patterns")
-    if patterns is None:
-        patterns = catalog.__dict__["_patterns"] = PatternSet.from_entries(catalog)
-    return patterns
+    return catalog.derived("patterns", PatternSet.from_entries)
 
 
 def diagnose(
@@ -50,6 +55,7 @@ def diagnose(
     *,
     stdin: BinaryIO | None = None,
     use_hyperscan: bool = True,
+    engine: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> Diagnosis:
     """Scan the sources and explain them. Raises InputError for a source that cannot be opened at all."""
@@ -59,7 +65,7 @@ def diagnose(
     # for a few MB the literal prefilter is faster than loading hyperscan; stdin may be any size
     known = [s.size for s in sources]
     small = all(size is not None for size in known) and sum(known) < HYPERSCAN_FROM_BYTES
-    scanner = Scanner(patterns, use_hyperscan=use_hyperscan and not small)
+    scanner = Scanner(patterns, use_hyperscan=use_hyperscan and not small, engine=engine)
     scans: list[tuple[Source, SourceScan]] = []
     inputs: list[InputSummary] = []
     dumps = []
@@ -83,21 +89,24 @@ def diagnose(
         if id(source) in done:
             result = done[id(source)]
             scans.append((source, result))
-            inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines))
+            inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines,
+                                       result.problem, result.huge_lines))
             continue
-        stream = open_source(source, stdin)
-        problem = None
         try:
+            stream = open_source(source, stdin)
+        except InputError as exc:  # vanished or unreadable since it was listed: named, and the rest are read
+            inputs.append(InputSummary(source.name, 0, 0, "log", problem=str(exc)))
+            continue
+        try:  # reading never raises: a truncated archive or a read error ends the stream (result.problem)
             result = scanner.scan(stream, source.name, progress, None if source.compressed else source.size)
-        except (OSError, EOFError) as exc:  # a truncated .gz, a read error half-way
-            problem = f"{source.name}: read stopped early: {exc}"
-            result = SourceScan(name=source.name)
         finally:
             if source.path is not None:
                 stream.close()
+        problem = result.problem
         scans.append((source, result))
         analysis.add(source, result)
-        inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem))
+        inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem,
+                                   result.huge_lines))
 
     matched: dict[str, dict[str, SignatureHits]] = {}
     for _source, result in scans:
@@ -138,6 +147,9 @@ def diagnose(
     findings = build_findings(entries, matched)
     notes = [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
+    notes += [f"{i.name}: binary data (NUL bytes) was read as text" for i in inputs if i.binary]
+    notes += [f"{i.name}: holds lines of 512 KiB or more; evidence from them is the text around each match"
+              for i in inputs if i.huge_lines and not i.cut_lines]
     return Diagnosis(findings, ranks, verdict, inputs, scanner.engine, flight_report, notes)
 
 

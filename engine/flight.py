@@ -7,7 +7,7 @@ from gpudoctor.engine.flight_load import (
     MAX_DUMP_BYTES,
     SNIFF_BYTES,
     Dump,
-    Entry,
+    Record,
     FlightError,
     Frame,
     PgConfig,
@@ -19,7 +19,7 @@ from gpudoctor.engine.flight_load import (
 )
 
 __all__ = [
-    "MAX_DUMP_BYTES", "SNIFF_BYTES", "Dump", "Entry", "FlightError", "Frame", "PgConfig", "PgStatus",
+    "MAX_DUMP_BYTES", "SNIFF_BYTES", "Dump", "Record", "FlightError", "Frame", "PgConfig", "PgStatus",
     "load_dump", "looks_like_dump", "parse_dump", "rank_from_path",
     "FlightReport", "GroupReport", "Incomplete", "Mismatch", "ValueGroup", "RankProgress",
     "analyze", "report_to_dict",
@@ -143,9 +143,9 @@ def _config_ranks(dump: Dump) -> dict[str, tuple[int, ...]]:
     return {c.name: c.ranks for c in dump.pg_config if c.name and c.ranks}
 
 
-def _collect_groups(by_rank: dict[int, Dump]) -> dict[_GroupKey, tuple[str, dict[int, dict[int, list[Entry]]]]]:
+def _collect_groups(by_rank: dict[int, Dump]) -> dict[_GroupKey, tuple[str, dict[int, dict[int, list[Record]]]]]:
     """(group name, members if configured) -> (desc, rank -> collective seq id -> entries; coalesced ops share one)."""
-    groups: dict[_GroupKey, tuple[str, dict[int, dict[int, list[Entry]]]]] = {}
+    groups: dict[_GroupKey, tuple[str, dict[int, dict[int, list[Record]]]]] = {}
     for rank in sorted(by_rank):
         config = _config_ranks(by_rank[rank])
         for entry in by_rank[rank].entries:
@@ -182,7 +182,7 @@ def _members(key: _GroupKey, desc: str, per_rank: dict, by_rank: dict[int, Dump]
     return tuple(sorted(per_rank)), "seen_in_entries"
 
 
-def _group_report(key: _GroupKey, desc: str, per_rank: dict[int, dict[int, list[Entry]]],
+def _group_report(key: _GroupKey, desc: str, per_rank: dict[int, dict[int, list[Record]]],
                   by_rank: dict[int, Dump], pg_ids: dict[int | None, dict[str, str]]) -> GroupReport:
     members, membership = _members(key, desc, per_rank, by_rank)
     observed = [r for r in members if r in by_rank]
@@ -212,7 +212,7 @@ def _group_report(key: _GroupKey, desc: str, per_rank: dict[int, dict[int, list[
     )
 
 
-def _reach(dump: Dump, pg_name: str, seqs: dict[int, list[Entry]], pg_ids: dict[int | None, dict[str, str]]) -> int:
+def _reach(dump: Dump, pg_name: str, seqs: dict[int, list[Record]], pg_ids: dict[int | None, dict[str, str]]) -> int:
     """The highest collective seq id this rank enqueued in the group, from its entries or its pg_status."""
     best = max(seqs, default=0)
     # pg_status is keyed by the group's numeric id, which only entries tie to a name: use this rank's own
@@ -224,11 +224,11 @@ def _reach(dump: Dump, pg_name: str, seqs: dict[int, list[Entry]], pg_ids: dict[
     return best
 
 
-def _ops_label(entries: list[Entry]) -> str:
+def _ops_label(entries: list[Record]) -> str:
     return "+".join(e.op for e in entries)
 
 
-def _field_value(entries: list[Entry], field: str) -> tuple | None:
+def _field_value(entries: list[Record], field: str) -> tuple | None:
     """The raw value ranks must agree on, or None where there is nothing to compare."""
     if field == "op":
         return tuple(e.op for e in entries)
@@ -248,7 +248,7 @@ def _format_value(value: tuple, field: str) -> str:
     return " | ".join(", ".join(op) for op in value)
 
 
-def _compare(seq: int, joined: dict[int, list[Entry]]) -> list[Mismatch]:
+def _compare(seq: int, joined: dict[int, list[Record]]) -> list[Mismatch]:
     # nearly every collective matches: one cheap whole-signature check spares the per-field work
     signatures = {tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes) for e in ops)
                   for ops in joined.values()}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 # Enough for a 2000-entry buffer with stack traces many times over; a cap keeps a gzip bomb from filling memory.
 MAX_DUMP_BYTES = 512 * 1024 * 1024
+from gpudoctor.engine.tracebacks import Frame, is_user_path
 from gpudoctor.engine.flight_sniff import _GZIP_MAGIC, _TOP_KEYS, SNIFF_BYTES, looks_like_dump  # noqa: F401
 _RANK_IN_NAME = re.compile(r"(\d+)$")
 _NAME_SUFFIXES = (".gz", ".json", ".pkl", ".pickle", ".bin", ".txt")
@@ -27,14 +28,7 @@ class FlightError(Exception):
 
 
 @dataclass(frozen=True)
-class Frame:
-    name: str
-    filename: str
-    line: int | None
-
-
-@dataclass(frozen=True)
-class Entry:
+class Record:
     """One recorded operation, as one rank enqueued it."""
 
     record_id: int
@@ -55,7 +49,7 @@ class Entry:
     retired: bool | None
     time_created_ns: int | None
     timeout_ms: int | None
-    frames: tuple[Frame, ...]
+    frames: tuple[Frame, ...]  # innermost last, as torch records them
 
 
 @dataclass(frozen=True)
@@ -81,7 +75,7 @@ class Dump:
     compressed: bool
     version: str
     comm_lib_version: str
-    entries: tuple[Entry, ...]
+    entries: tuple[Record, ...]
     pg_config: tuple[PgConfig, ...]
     pg_status: tuple[PgStatus, ...]
 
@@ -227,7 +221,7 @@ def _to_dump(raw: object, path: str, rank: int | None, fmt: str, compressed: boo
         raise FlightError(path, str(exc)) from None
 
 
-def _entry(raw: object, where: str) -> Entry:
+def _entry(raw: object, where: str) -> Record:
     if not isinstance(raw, dict):
         raise _Bad(f"{where}: expected a dict, got {_describe(raw)}")
     for key in ("process_group", "collective_seq_id", "profiling_name"):
@@ -241,7 +235,7 @@ def _entry(raw: object, where: str) -> Entry:
     profiling_name = _text(raw["profiling_name"], f"{where}.profiling_name")
     op = _op_name(profiling_name)
     is_p2p = raw.get("is_p2p")
-    return Entry(
+    return Record(
         record_id=_int(raw.get("record_id", 0), f"{where}.record_id"),
         pg_id=_int(raw.get("pg_id", 0), f"{where}.pg_id"),
         pg_name=pg_name,
@@ -317,10 +311,13 @@ def _frames(value: object, where: str) -> tuple[Frame, ...]:
         if not isinstance(frame, dict):
             raise _Bad(f"{where}[{i}]: expected a dict, got {_describe(frame)}")
         line = frame.get("line")
+        filename = _text(frame.get("filename", "?"), f"{where}[{i}].filename")
         frames.append(Frame(
-            name=_text(frame.get("name", "?"), f"{where}[{i}].name"),
-            filename=_text(frame.get("filename", "?"), f"{where}[{i}].filename"),
+            file=filename,
             line=None if line is None else _int(line, f"{where}[{i}].line"),
+            function=_text(frame.get("name", "?"), f"{where}[{i}].name"),
+            source=None,
+            is_user=is_user_path(filename),
         ))
     return tuple(frames)
 

@@ -95,6 +95,8 @@ def merge(parts: list[SourceScan]) -> SourceScan:
         total.bytes += part.bytes
         total.binary |= part.binary
         total.cut_lines += part.cut_lines
+        total.problem = total.problem or part.problem
+        total.huge_lines |= part.huge_lines
         moved: dict[int, Hit] = {}  # one line can be a hit of several patterns: shift it once
 
         def shift(hit: Hit) -> Hit:

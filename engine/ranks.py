@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpudoctor.engine.findings import Evidence
-from gpudoctor.engine.patterns import STRUCT, PatternSet
+from gpudoctor.engine.patterns import LOST_PEER, STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit
 
 _INIT_RANK = re.compile(r"\brank (\d+) nranks (\d+)\b")
@@ -13,11 +13,7 @@ _TIMEOUT = re.compile(r"Watchdog caught|[Tt]imed out|[Tt]imeout|timing out|DEADL
 _DESYNC = re.compile(r"Detected mismatch between collectives|doesn't match expected size|EnforceNotMet|"
                      r"Message truncated|Collectives differ")
 _LAUNCHER_ERRORS = {"ChildFailedError", "ProcessExitedException", "ProcessRaisedException", "SignalException"}
-_LOST_PEER = re.compile(
-    r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|Broken pipe|Failed to recv, got 0 bytes|"
-    r"communicator was aborted|remote process exited|Connection refused|ProcessGroup.*(?:aborted|shut ?down)|"
-    r"NCCL communicator.*abort",
-)
+_LOST_PEER = re.compile(LOST_PEER)
 _COLLECTIVES = {
     "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
     "broadcast", "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
@@ -54,7 +50,7 @@ _RANK_PREFIX_HINT = re.compile(r"\[(?:rank|default|trainer|worker)?\d+\]:|\[\d+,
 
 def prefix_rank(text: str) -> int | None:
     """The rank a line's prefix names, without parsing lines that cannot carry one."""
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.prefix import parse_prefix
 
     if not _RANK_PREFIX_HINT.search(text, 0, 200):
         return None
@@ -126,8 +122,7 @@ def _hint(source, per_rank_files: bool) -> int | None:
 
 
 def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_files: bool) -> None:
-    from gpudoctor.engine.lines import parse_prefix
-    from gpudoctor.engine.structure import parse_tracebacks, parse_watchdog
+    from gpudoctor.engine.prefix import parse_prefix
 
     hint = _hint(source, per_rank_files)
     init_hits = scan.hits.get(index["init-complete"])
@@ -154,6 +149,8 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
     for opener, line_no, lines in scan.windows:
         if opener != "traceback":
             continue
+        from gpudoctor.engine.tracebacks import parse_tracebacks  # only logs with a traceback pay for it
+
         for tb in parse_tracebacks(lines):
             rank = tb.rank if tb.rank is not None else hint
             if not tb.exc_type or tb.exc_type.rsplit(".", 1)[-1] in _LAUNCHER_ERRORS:
@@ -192,6 +189,8 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             seen.add(rank)
             r = state.rank(rank)
             if name == "watchdog":
+                from gpudoctor.engine.watchdog import parse_watchdog
+
                 wd = parse_watchdog(parse_prefix(hit.text).body)
                 if wd is not None:
                     if wd.last_enqueued is not None:
@@ -235,7 +234,7 @@ def _find_line(lines: list[str], start: int, end: int, needle: str) -> int | Non
 
 
 def _record_error(state: _State, r: RankReport, file: str, hit: Hit, text: str) -> None:
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.prefix import parse_prefix
 
     kind = classify(text)
     if kind == "timeout":
@@ -392,7 +391,7 @@ def _judge(reports: dict[int, RankReport], world: int | None, orphans: list[Evid
 
 
 def _one_line(text: str, limit: int = 160) -> str:
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.prefix import parse_prefix
 
     body = " ".join(parse_prefix(text).body.split())
     return body if len(body) <= limit else body[: limit - 1] + "…"

@@ -1,38 +1,54 @@
 """Stream a log of any size and bytes through the pattern set at constant memory, keeping matched lines."""
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from typing import BinaryIO, Callable
 
+from gpudoctor.engine.display import strip_ansi_bytes
 from gpudoctor.engine.patterns import PatternSet
+from gpudoctor.engine.rewrap import detect_width, rejoin
 
 CHUNK = 16 << 20  # bytes read at a time, into one reused buffer
 MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounded
+TINY = 256 << 10  # under this, with no engine asked for, the Python engine is quicker to start than re2
+HUGE_LINE = 1 << 19  # a line this long is flagged in every output format
 MAX_TEXT = 4096  # characters of a matched line kept as evidence (around the match)
-KEEP_FIRST, KEEP_LAST = 8, 4
-COMMON_LITERAL = 256  # past this many lines with a literal in one block, the Python path switches to re  # matched lines kept per pattern: the first few and the most recent
-WINDOW_LINES = 60  # lines kept after a traceback or a root-cause header
+KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
+WINDOW_LINES = 60  # lines kept after a traceback header
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
 
-_ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)")
-_WINDOW_OPENERS = {"traceback", "root-cause", "mismatch"}
+_WINDOW_OPENERS = {"traceback"}  # the rank reading parses the lines after a traceback header
 
 
-@dataclass
+# Plain classes rather than dataclasses: `diagnose` imports this module on every run, and each
+# dataclass costs a few milliseconds of start-up to generate.
 class Hit:
     """One line that a pattern matched, as decoded text (control characters intact: sanitise to print)."""
 
-    line_no: int  # 1-based, in the source as given (decompressed)
-    text: str
+    __slots__ = ("line_no", "text")
+
+    def __init__(self, line_no: int, text: str):
+        self.line_no = line_no  # 1-based, in the source as given (decompressed)
+        self.text = text
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Hit) and (self.line_no, self.text) == (other.line_no, other.text)
+
+    __hash__ = None  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return f"Hit(line_no={self.line_no!r}, text={self.text!r})"
 
 
-@dataclass
 class PatternHits:
-    count: int = 0
-    first: list[Hit] = field(default_factory=list)
-    last: list[Hit] = field(default_factory=list)
+    """How often one pattern matched, with the first few and the most recent lines."""
+
+    __slots__ = ("count", "first", "last")
+
+    def __init__(self, count: int = 0, first: list[Hit] | None = None, last: list[Hit] | None = None):
+        self.count = count
+        self.first = [] if first is None else first
+        self.last = [] if last is None else last
 
     def add(self, hit: Hit) -> None:
         self.count += 1
@@ -46,36 +62,74 @@ class PatternHits:
     def all(self) -> list[Hit]:
         return self.first + self.last
 
+    def __repr__(self) -> str:
+        return f"PatternHits(count={self.count!r}, first={self.first!r}, last={self.last!r})"
 
-@dataclass
+
 class SourceScan:
-    """What one source (file, stdin, decompressed .gz) held, as far as the patterns are concerned."""
+    """What one source (file, stdin, decompressed archive) held, as far as the patterns are concerned."""
 
-    name: str
-    bytes: int = 0
-    lines: int = 0
-    hits: dict[int, PatternHits] = field(default_factory=dict)
-    windows: list[tuple[str, int, list[str]]] = field(default_factory=list)  # (opener, line_no, lines)
-    tail: list[tuple[int, str]] = field(default_factory=list)  # the last non-empty lines
-    cut_lines: int = 0  # lines longer than MAX_LINE, scanned in pieces
-    binary: bool = False  # NUL bytes seen
+    __slots__ = ("name", "bytes", "lines", "hits", "windows", "tail", "cut_lines", "binary", "huge_lines", "problem")
+
+    def __init__(self, name: str, bytes: int = 0, lines: int = 0, hits: dict[int, PatternHits] | None = None,  # noqa: A002
+                 windows: list | None = None, tail: list | None = None, cut_lines: int = 0, binary: bool = False,
+                 huge_lines: bool = False, problem: str | None = None):
+        self.name = name
+        self.bytes = bytes
+        self.lines = lines
+        self.hits: dict[int, PatternHits] = {} if hits is None else hits
+        self.windows: list[tuple[str, int, list[str]]] = [] if windows is None else windows  # (opener, line_no, lines)
+        self.tail: list[tuple[int, str]] = [] if tail is None else tail  # the last non-empty lines
+        self.cut_lines = cut_lines  # lines longer than MAX_LINE, scanned in pieces
+        self.binary = binary  # NUL bytes seen
+        self.huge_lines = huge_lines  # a line of HUGE_LINE bytes or more (evidence from it: the text around the match)
+        self.problem = problem  # the stream ended early (a truncated archive, a read error): what was read is kept
+
+    def __repr__(self) -> str:
+        return f"SourceScan(name={self.name!r}, bytes={self.bytes!r}, lines={self.lines!r}, hits={len(self.hits)})"
 
 
 def _decode(raw: bytes | bytearray) -> str:
     return raw.decode("utf-8", "replace")
 
 
+def _centred(text: str, m, cut_left: bool, cut_right: bool) -> str:
+    """At most MAX_TEXT characters of a giant line, centred on the match, marked where they were cut."""
+    half = MAX_TEXT // 2 - 2
+    mid = (m.start() + m.end()) // 2 if m is not None else len(text) // 2
+    lo = max(0, mid - half)
+    hi = min(len(text), lo + 2 * half)
+    lo = max(0, hi - 2 * half)
+    return ("…" if cut_left or lo else "") + text[lo:hi] + ("…" if cut_right or hi < len(text) else "")
+
+
 class Scanner:
-    def __init__(self, patterns: PatternSet, *, use_hyperscan: bool = True):
+    """Reads streams block by block; an engine (hyperscan, re2, python) proposes lines, Python re verifies them."""
+
+    def __init__(self, patterns: PatternSet, *, use_hyperscan: bool = True, engine: str | None = None):
         self.patterns = patterns
-        self.db = patterns.hyperscan() if use_hyperscan else None
-        self.engine = "hyperscan" if self.db is not None else "python"
-        self._exact, self._folded, self._bare, self._singles = patterns.literal_table()
+        # small inputs: loading hyperscan's database costs more than it saves; re2 builds in milliseconds,
+        # and for a file under TINY bytes the Python engine needs no compiled set at all
+        self._small = engine is None and not use_hyperscan
+        self._matchers: dict[str, object] = {}
+        self.matcher = None if self._small else self._matcher(engine)
+        self.engine = self.matcher.name if self.matcher is not None else "python"
+        self._width: int | None = None
+
+    def _matcher(self, engine: str | None):
+        from gpudoctor.engine.engines import make_matcher
+
+        if engine not in self._matchers:
+            self._matchers[engine] = make_matcher(self.patterns, engine)
+        return self._matchers[engine]
 
     def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None,
              size_hint: int | None = None) -> SourceScan:
         """Read the stream in chunks into one reused buffer; only whole lines reach the patterns."""
         result = SourceScan(name=name)
+        if self._small:
+            self.matcher = self._matcher("python" if size_hint is not None and size_hint < TINY else "re2")
+            self.engine = self.matcher.name
         # a small file gets a small buffer: zeroing 17 MB costs more than scanning 10 KB
         chunk = CHUNK if size_hint is None else max(1 << 16, min(CHUNK, size_hint + 1))
         # a file that fits in one read never carries a partial line into a second one
@@ -85,6 +139,7 @@ class Scanner:
         held = 0  # bytes of an unfinished last line kept at the front of the buffer
         line_no = 1  # number of the line that starts the next block
         partial = False  # the last block ended inside one enormous line
+        self._width = None  # a hard-wrapped paste's width, read off the first block
         while True:
             if readinto is not None:
                 n = readinto(view[held : held + chunk])
@@ -108,13 +163,18 @@ class Scanner:
                     held = filled
                 continue
             end = cut + 1
+            if line_no == 1:
+                self._width = detect_width(bytes(buffer[: min(end, 1 << 16)]))
             line_no += self._block(buffer, end, line_no, result)
             held = filled - end
             buffer[:held] = view[end:filled]
             partial = False
         if held:
+            if line_no == 1:
+                self._width = detect_width(bytes(buffer[: min(held, 1 << 16)]))
             self._block(buffer, held, line_no, result)
         result.lines = line_no if (held or partial) else line_no - 1
+        result.problem = getattr(stream, "problem", None)
         view.release()
         return result
 
@@ -123,10 +183,16 @@ class Scanner:
         """Scan data[:end], whole lines from first_line; returns how many newlines it holds."""
         if not result.binary and data.find(b"\x00", 0, min(end, 1 << 16)) >= 0:
             result.binary = True
+        if not result.huge_lines:
+            # every line of HUGE_LINE * 2 bytes or more spans one of these windows whole: a few finds per block
+            result.huge_lines = any(data.find(b"\n", k, k + HUGE_LINE) < 0 for k in range(0, end - HUGE_LINE + 1, HUGE_LINE))
         if data.find(b"\x1b", 0, end) >= 0:  # colour codes would split the words the patterns look for
-            data = _ANSI_BYTES.sub(b"", bytes(data[:end]))
+            data = strip_ansi_bytes(bytes(data[:end]))
             end = len(data)
-        candidates = self._candidates(data, end)
+        if self._width:  # a wrapped paste: rows rejoined, line numbers kept
+            data = rejoin(bytes(data[:end]), self._width)
+            end = len(data)
+        candidates = self.matcher.candidates(data, end)
         if candidates:
             line_no, counted_to = self._verify(data, end, first_line, candidates, result)
             newlines = line_no - first_line + data.count(b"\n", counted_to, end)
@@ -135,83 +201,10 @@ class Scanner:
         self._tail(data, end, first_line, newlines, result)
         return newlines
 
-    def _candidates(self, block: bytearray | bytes, end: int) -> dict[int, tuple[set[int], int]]:
-        """Line start offset -> (indexes of patterns that may match that line, offset of one match)."""
-        found: dict[int, tuple[set[int], int]] = {}
-
-        def add(start: int, indexes, at: int) -> None:
-            entry = found.get(start)
-            if entry is None:
-                found[start] = (set(indexes), at)
-            else:
-                entry[0].update(indexes)
-
-        if self.db is not None:
-            ends: list[tuple[int, int]] = []
-
-            def on_match(index, _start, end, _flags, _ctx):
-                ends.append((end, index))
-
-            with memoryview(block) as view:
-                self.db.scan(view[:end], match_event_handler=on_match)
-            for at, index in ends:
-                start = block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0
-                add(start, (index,), at)
-            return found
-        for table, haystack in ((self._exact, block), (self._folded, block[:end].lower() if self._folded else b"")):
-            for literal, indexes in table:
-                needle = literal.encode("utf-8")
-                pos = haystack.find(needle, 0, end)
-                seen = 0
-                while pos >= 0:
-                    start = haystack.rfind(b"\n", 0, pos) + 1
-                    seen += 1
-                    if seen > COMMON_LITERAL:
-                        # a literal on every other line ("step", "loss"): let re find the real matches
-                        # in the rest of the block rather than hand each line to Python
-                        for index in indexes:
-                            for m in self.patterns.bytes_regex(index).finditer(block, start, end):
-                                at = m.end()
-                                add(block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, (index,), at)
-                        break
-                    add(start, indexes, pos + len(needle))
-                    nl = haystack.find(b"\n", pos, end)
-                    if nl < 0:
-                        break
-                    pos = haystack.find(needle, nl + 1, end)
-        lowered = None
-        for p in self._singles:
-            # like hyperscan's single-match mode: the first line of the block that really matches
-            if p.caseless and lowered is None:
-                lowered = block[:end].lower()
-            haystack = lowered if p.caseless else block
-            regex = self.patterns.regex(p.index)
-            best = None
-            for literal in p.literals:
-                needle = literal.encode("utf-8")
-                pos = haystack.find(needle, 0, end if best is None else best)
-                while pos >= 0:
-                    start = block.rfind(b"\n", 0, pos) + 1
-                    nl = block.find(b"\n", pos, end)
-                    nl = end if nl < 0 else nl
-                    if regex.search(_decode(block[start:min(nl, start + MAX_TEXT * 2)])):
-                        best = start if best is None else min(best, start)
-                        break
-                    pos = haystack.find(needle, nl + 1, end if best is None else best)
-            if best is not None:
-                add(best, (p.index,), best)
-        if self._bare:  # patterns without a literal (none in the shipped catalogue): every line
-            start = 0
-            while start < end:
-                add(start, self._bare, start)
-                nl = block.find(b"\n", start, end)
-                start = end if nl < 0 else nl + 1
-        return found
-
     def _verify(self, block: bytearray | bytes, limit: int, first_line: int,
                 candidates: dict[int, tuple[set[int], int]], result: SourceScan) -> tuple[int, int]:
         """Check candidate lines with Python re; returns (line number, offset) counted up to."""
-        from gpudoctor.engine.lines import parse_prefix
+        from gpudoctor.engine.prefix import parse_prefix
 
         regex, patterns = self.patterns.regex, self.patterns.patterns
         line_no, counted_to = first_line, 0
@@ -222,19 +215,24 @@ class Scanner:
             end = block.find(b"\n", start, limit)
             end = limit if end < 0 else end
             indexes, at = candidates[start]
-            if end - start > MAX_TEXT * 2:  # a giant line: keep the stretch around the match
+            giant = end - start > MAX_TEXT * 2
+            if giant:  # a giant line: read the stretch around the match
                 lo = max(start, at - MAX_TEXT)
                 raw = block[lo : min(end, at + MAX_TEXT)]
             else:
-                raw = block[start:end]
+                lo, raw = start, block[start:end]
             text = _decode(raw).rstrip("\r")
-            matched = [i for i in indexes if regex(i).search(text)]
-            if len(matched) < len(indexes):  # anchored patterns read the line without its prefixes
+            found = {i: regex(i).search(text) for i in indexes}
+            matched = [i for i, m in found.items() if m]
+            anchored = [i for i in indexes if i not in matched and i in self.patterns.anchored]
+            if anchored:  # anchored patterns read the line without its prefixes
                 body = parse_prefix(text).body
-                matched += [i for i in indexes if i not in matched and regex(i).search(body)]
+                matched += [i for i in anchored if regex(i).search(body)]
             if not matched:
                 continue
-            hit = Hit(line_no, text[:MAX_TEXT])
+            if giant or len(text) > MAX_TEXT:
+                text = _centred(text, found.get(matched[0]), lo > start, lo + len(raw) < end)
+            hit = Hit(line_no, text)
             for i in matched:
                 result.hits.setdefault(i, PatternHits()).add(hit)
                 name = patterns[i].name

@@ -1,7 +1,6 @@
-"""Turn what the user named (files, directories, .gz, '-' for stdin) into readable sources, with rank hints."""
+"""Turn what the user named (files, directories, globs, '-' for stdin) into readable sources, decompressed by magic bytes."""
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import stat
@@ -9,11 +8,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from gpudoctor.engine.lazyregex import LazyRegex
+
+__all__ = ["InputError", "Source", "resolve", "open_source", "codec_of", "rank_hints", "stdin_is_terminal",
+           "GZIP_MAGIC"]
+
 GZIP_MAGIC = b"\x1f\x8b"
+# how each compressed format starts; the name a user gave the file does not matter
+MAGIC = (
+    (GZIP_MAGIC, "gzip"),
+    (b"\xfd7zXZ\x00", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"BZh", "bzip2"),
+)
+SNIFF_BYTES = 4096
+_GLOB_CHARS = LazyRegex(r"[*?\[]")
 # rank0.log, rank_3.txt, nccl_rank_12.log, worker-rank7.out, log.r3
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|r)[_-]?(\d{1,5})(?:[^0-9]|$)", re.IGNORECASE)
+_RANK_IN_NAME = LazyRegex(r"(?:^|[^a-z])(?:rank|r)[_-]?(\d{1,5})(?:[^0-9]|$)", re.IGNORECASE)
 # torchrun --log-dir: <dir>/<run_id>/attempt_<n>/<local_rank>/{stdout,stderr,error}.{log,json}
-_TORCHRUN_LAYOUT = re.compile(r"attempt_(\d+)[/\\](\d+)[/\\](?:stdout|stderr|error)\.(?:log|json)$")
+_TORCHRUN_LAYOUT = LazyRegex(r"attempt_(\d+)[/\\](\d+)[/\\](?:stdout|stderr|error)\.(?:log|json)$")
 
 
 class InputError(Exception):
@@ -24,12 +37,21 @@ class InputError(Exception):
 class Source:
     name: str  # as shown in evidence: the path as given, or "<stdin>"
     path: Path | None  # None for standard input
-    size: int | None  # bytes on disk (compressed size for .gz), None when unknown
+    size: int | None  # bytes on disk (compressed size when compressed), None when unknown
     compressed: bool = False
     rank_hint: int | None = None  # a rank read off the file name
     local_rank_hint: int | None = None
     attempt: int | None = None  # torchrun restart attempt, from its log-dir layout
     flight: bool = False  # a flight-recorder dump rather than a text log
+    codec: str | None = None  # gzip | xz | zstd | bzip2, read from the first bytes
+
+
+def codec_of(head: bytes) -> str | None:
+    """The compression format whose magic bytes start `head`, or None for plain data."""
+    for magic, name in MAGIC:
+        if head.startswith(magic):
+            return name
+    return None
 
 
 def rank_hints(name: str) -> tuple[int | None, int | None, int | None]:
@@ -42,84 +64,270 @@ def rank_hints(name: str) -> tuple[int | None, int | None, int | None]:
 
 
 def _natural(path: Path) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", str(path))]
 
 
-def _sniff(path: Path) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read(4096)
-
-
-def _describe_os_error(path: str, exc: OSError) -> str:
-    reason = exc.strerror or str(exc)
-    return f"{path}: cannot read: {reason}"
+def _why(path: str, exc: OSError) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"{path}: no such file or directory"
+    return f"{path}: cannot read: {exc.strerror or exc}"
 
 
 def _file_source(path: Path, shown: str) -> Source:
     try:
         st = path.stat()
-        head = _sniff(path)
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
     except OSError as exc:
-        raise InputError(_describe_os_error(shown, exc)) from None
-    compressed = head.startswith(GZIP_MAGIC)
-    if compressed:
+        raise InputError(_why(shown, exc)) from None
+    codec = codec_of(head)
+    if codec == "gzip":  # flight-recorder dumps are often gzipped; other codecs only ever hold logs here
+        import gzip
+        import zlib
+
         try:
             with gzip.open(path, "rb") as fh:
-                head = fh.read(4096)
-        except (OSError, EOFError) as exc:
-            raise InputError(f"{shown}: not a readable gzip file ({exc})") from None
+                head = fh.read(SNIFF_BYTES)
+        except (OSError, EOFError, zlib.error):
+            head = b""  # damaged: read as a log, and the scan says how far it got
     from gpudoctor.engine.flight_sniff import looks_like_dump
 
     rank, local_rank, attempt = rank_hints(shown)
     return Source(
-        name=shown, path=path, size=st.st_size, compressed=compressed, rank_hint=rank,
-        local_rank_hint=local_rank, attempt=attempt, flight=looks_like_dump(head),
+        name=shown, path=path, size=st.st_size, compressed=codec is not None, rank_hint=rank,
+        local_rank_hint=local_rank, attempt=attempt, flight=looks_like_dump(head) if head else False, codec=codec,
     )
 
 
-def resolve(inputs: list[str]) -> list[Source]:
-    """Sources for the given paths; '-' is stdin. Directories are walked in natural order."""
+def _walk(root: Path, given: str, problems: list[str]) -> list[Path]:
+    found: list[Path] = []
+
+    def complain(exc: OSError) -> None:
+        problems.append(_why(exc.filename or given, exc))
+
+    for folder, dirs, files in os.walk(root, onerror=complain):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [Path(folder) / f for f in files if not f.startswith(".")]
+    return sorted(found, key=_natural)
+
+
+def _one(given: str, problems: list[str]) -> list[Source]:
+    if given == "-":
+        return [Source(name="<stdin>", path=None, size=None)]
+    path = Path(given)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        if _GLOB_CHARS.search(given):  # a pattern the shell did not expand (quoted, or Windows)
+            import glob
+
+            matches = sorted(glob.glob(given, recursive=True), key=lambda p: _natural(Path(p)))
+            if not matches:
+                raise InputError(f"{given}: no file matches this pattern") from None
+            return [s for m in matches for s in _one(m, problems)]
+        raise InputError(f"{given}: no such file or directory") from None
+    except OSError as exc:
+        raise InputError(_why(given, exc)) from None
+    if stat.S_ISDIR(st.st_mode):
+        files = _walk(path, given, problems)
+        if not files:
+            raise InputError(f"{given}: the directory holds no readable files")
+        out = []
+        for p in files:
+            try:
+                out.append(_file_source(p, str(p)))
+            except InputError as exc:  # vanished or unreadable: named, and the rest are read
+                problems.append(str(exc))
+        return out
+    if stat.S_ISREG(st.st_mode):
+        return [_file_source(path, given)]
+    if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):  # <(zcat x), /dev/stdin
+        return [Source(name=given, path=path, size=None)]
+    raise InputError(f"{given}: not a regular file or directory")
+
+
+def resolve(inputs: list[str], problems: list[str] | None = None) -> list[Source]:
+    """Sources for the given paths, globs and directories; '-' is stdin. Directories are walked in
+    natural order. With a `problems` list, an input that cannot be read is named there and the rest
+    are kept; without one, the first such input raises InputError."""
     sources: list[Source] = []
     for given in inputs:
-        if given == "-":
-            sources.append(Source(name="<stdin>", path=None, size=None))
-            continue
-        path = Path(given)
+        found: list[str] = []
         try:
-            st = path.stat()
-        except FileNotFoundError:
-            raise InputError(f"{given}: no such file or directory") from None
-        except OSError as exc:
-            raise InputError(_describe_os_error(given, exc)) from None
-        if stat.S_ISDIR(st.st_mode):
-            files = sorted(
-                (p for p in path.rglob("*") if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)),
-                key=_natural,
-            )
-            if not files:
-                raise InputError(f"{given}: the directory holds no files")
-            sources.extend(_file_source(p, str(p)) for p in files)
-        elif stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
-            sources.append(_file_source(path, given) if stat.S_ISREG(st.st_mode) else Source(name=given, path=path, size=None))
-        else:
-            raise InputError(f"{given}: not a regular file or directory")
+            sources.extend(_one(given, found))
+        except InputError as exc:
+            found.append(str(exc))
+        if found:
+            if problems is None:
+                raise InputError(found[0])
+            problems.extend(found)
     return sources
 
 
-def open_source(source: Source, stdin: BinaryIO | None = None) -> BinaryIO:
-    """A binary stream of the source's (decompressed) bytes."""
+class _Prefixed:
+    """A stream whose first bytes were already read to sniff its format."""
+
+    def __init__(self, head: bytes, stream: BinaryIO):
+        self._head, self._stream = head, stream
+
+    def readinto(self, view) -> int:
+        if self._head:
+            n = min(len(view), len(self._head))
+            view[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        readinto = getattr(self._stream, "readinto", None)
+        if readinto is not None:
+            return readinto(view) or 0
+        data = self._stream.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            data, self._head = self._head + self._stream.read(), b""
+            return data
+        buf = bytearray(n)
+        got = self.readinto(memoryview(buf))
+        return bytes(buf[:got])
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class _Tolerant:
+    """Reads a decompressing stream until it ends or breaks; a break (a truncated or damaged
+    archive, a read error) ends the stream where it happened and is kept in `problem`."""
+
+    def __init__(self, stream, name: str, codec: str | None):
+        self._stream, self.name, self.codec = stream, name, codec
+        self.problem: str | None = None
+        self.done = 0
+
+    def readinto(self, view) -> int:
+        if self.problem is not None:
+            return 0
+        try:
+            # one underlying read at a time (readinto1/read1): a buffered read of the whole request
+            # would drop what it had gathered when the archive breaks off half-way
+            readinto = getattr(self._stream, "readinto1", None) or getattr(self._stream, "readinto", None)
+            read1 = getattr(self._stream, "read1", None)
+            if read1 is not None and not hasattr(self._stream, "readinto1"):
+                data = read1(len(view))
+                n = len(data)
+                view[:n] = data
+            elif readinto is not None:
+                n = readinto(view) or 0
+            else:
+                data = self._stream.read(len(view))
+                n = len(data)
+                view[:n] = data
+        except MemoryError:
+            raise
+        except Exception as exc:  # EOFError, OSError, zlib.error, lzma.LZMAError, zstd.ZstdError ...
+            what = f"{self.codec} data" if self.codec else "the file"
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            self.problem = (f"{self.name}: {what} ends early or is damaged after {self.done:,} bytes "
+                            f"({reason}); what was read before it is kept")
+            return 0
+        self.done += n
+        return n
+
+    def read(self, n: int = -1) -> bytes:
+        buf = bytearray(n if n and n > 0 else 1 << 20)
+        got = self.readinto(memoryview(buf))
+        return bytes(buf[:got])
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+        except Exception:
+            pass
+
+
+def _decompressor(raw, codec: str, name: str):
+    if codec == "gzip":
+        import gzip
+
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if codec == "xz":
+        import lzma
+
+        return lzma.LZMAFile(raw, "rb")
+    if codec == "bzip2":
+        import bz2
+
+        return bz2.BZ2File(raw, "rb")
+    try:
+        import zstandard
+    except ImportError:
+        raise InputError(f"{name}: zstd-compressed; install the zstandard package (pip install zstandard) "
+                         f"or decompress it first (zstd -d)") from None
+    return _ZstdReader(raw, zstandard)
+
+
+class _ZstdReader:
+    """zstd frames, one after another; unlike zstandard's stream_reader it says when the data stops mid-frame."""
+
+    def __init__(self, raw, zstandard):
+        self._raw, self._z = raw, zstandard
+        self._obj = zstandard.ZstdDecompressor().decompressobj()
+        self._pending = b""
+        self._started = False  # input fed into the current frame
+
+    def read1(self, n: int) -> bytes:
+        while not self._pending:
+            chunk = self._raw.read(1 << 16)  # small pieces bound what one decompress call can return
+            if not chunk:
+                if self._started and not self._obj.eof:
+                    raise EOFError("zstd data ends before the end of its frame")
+                return b""
+            while chunk:
+                self._started = True
+                self._pending += self._obj.decompress(chunk)
+                chunk = b""
+                if self._obj.eof:  # a frame ended: the rest of the chunk starts the next one
+                    chunk, self._started = self._obj.unused_data, False
+                    self._obj = self._z.ZstdDecompressor().decompressobj()
+        out, self._pending = self._pending[:n], self._pending[n:]
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+def _sniffed(raw, name: str) -> _Tolerant:
+    """A stream of unknown format (stdin, a pipe): read its first bytes, then decompress if they say so."""
+    head = b""
+    while len(head) < 6:
+        more = raw.read(6 - len(head))
+        if not more:
+            break
+        head += more
+    stream = _Prefixed(head, raw)
+    codec = codec_of(head)
+    return _Tolerant(_decompressor(stream, codec, name) if codec else stream, name, codec)
+
+
+def open_source(source: Source, stdin: BinaryIO | None = None) -> _Tolerant:
+    """A binary stream of the source's (decompressed) bytes. Reading it never raises: a damaged
+    or truncated archive, or a read error, ends the stream and leaves a message in `.problem`."""
     if source.path is None:
         if stdin is None:
-            raise InputError("<stdin>: no standard input")
-        if source.compressed:
-            return gzip.GzipFile(fileobj=stdin)
-        return stdin
+            raise InputError("<stdin>: no standard input (it is closed)")
+        return _sniffed(stdin, source.name)
     try:
-        if source.compressed:
-            return gzip.open(source.path, "rb")
-        return open(source.path, "rb", buffering=0)
+        raw = open(source.path, "rb", buffering=0)
     except OSError as exc:
-        raise InputError(_describe_os_error(source.name, exc)) from None
+        raise InputError(_why(source.name, exc)) from None
+    if source.size is None:  # a pipe or device: its format is only known once read
+        return _sniffed(raw, source.name)
+    if source.codec:
+        return _Tolerant(_decompressor(raw, source.codec, source.name), source.name, source.codec)
+    return _Tolerant(raw, source.name, None)
 
 
 def stdin_is_terminal(stdin) -> bool:

@@ -37,13 +37,35 @@ class Catalog:
     index: object | None = None  # gpudoctor.kb.search.SearchIndex, built on demand, cached on its own
     rendered: dict[str, list] = field(default_factory=dict)  # id -> parsed Markdown blocks
     fingerprint: tuple | None = None  # of the files it was built from, for the side caches
+    _derived: dict = field(default_factory=dict, repr=False, compare=False)  # per process, never pickled
 
     def __getstate__(self):
         # the search index has its own cache file: commands other than search never unpickle it
         state = dict(self.__dict__)
         state["index"] = None
-        state.pop("_patterns", None)  # compiled per process by the diagnosis engine
+        state["_derived"] = {}
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        state.setdefault("_derived", {})
+        self.__dict__.update(state)
+
+    def derived(self, name: str, build):
+        """An object computed from the entries (a compiled pattern set), built once per process
+        by `build(catalog)` and kept on the catalogue, never in its cache file."""
+        value = self._derived.get(name)
+        if value is None:
+            value = self._derived[name] = build(self)
+        return value
+
+    def probes_of(self, entry_id: str) -> tuple[str, ...]:
+        """The probe ids an entry lists (its YAML `probes:`), the one place that mapping lives."""
+        entry = self.get(entry_id)
+        return tuple(entry.probes) if entry is not None else ()
+
+    def probe_map(self) -> dict[str, tuple[str, ...]]:
+        """entry id -> the probes it lists, for every entry that lists any."""
+        return {e.id: tuple(e.probes) for e in self.entries.values() if e.probes}
 
     def titles(self) -> dict[str, str]:
         return {e.id: e.title for e in self.entries.values()}
@@ -129,7 +151,30 @@ def user_dirs(extra: list[str] | None = None) -> list[Path]:
 
 
 def _entry_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.yaml") if p.is_file() and not p.name.startswith("."))
+    return [Path(p) for p, _ in _yaml_files(str(root))]
+
+
+def _yaml_files(root: str) -> list[tuple[str, os.stat_result]]:
+    """(path, stat) of every YAML file under root, sorted; os.scandir keeps start-up cheap."""
+    found: list[tuple[str, os.stat_result]] = []
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                if entry.is_dir():
+                    stack.append(entry.path)
+                elif entry.name.endswith(".yaml") and entry.is_file():
+                    found.append((entry.path, entry.stat()))
+            except OSError:
+                continue
+    return sorted(found)
 
 
 def _display(path: Path, root: Path, builtin: bool) -> str:
@@ -144,9 +189,8 @@ def _fingerprint(roots: list[tuple[Path, bool]]) -> tuple:
         if not root.is_dir():
             parts.append((str(root), "missing"))
             continue
-        for path in _entry_files(root):
-            st = path.stat()
-            parts.append((str(path), st.st_mtime_ns, st.st_size))
+        for path, st in _yaml_files(str(root)):
+            parts.append((path, st.st_mtime_ns, st.st_size))
     return (CACHE_FORMAT, sys.version_info[:2], tuple(parts))
 
 

@@ -33,7 +33,6 @@ class Probe:
 
     id: str
     title: str
-    confirms: tuple[str, ...]
     target: str
     timeout_s: float = 20.0
     needs: tuple[str, ...] = ()

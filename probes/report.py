@@ -5,7 +5,7 @@ import textwrap
 
 from gpudoctor.probes.base import Result, Status
 
-# (row word, style name in gpudoctor.term)
+# (row word, style name the caller's output object knows)
 WORDS = {
     Status.RULED_OUT: ("pass", "ok"),
     Status.CONFIRMED: ("fail", "fail"),
@@ -24,7 +24,7 @@ def shorten(text: str, width: int) -> str:
 
 def row(out, word: str, style: str, ident: str, text: str) -> str:
     """`word  ident  text`, the text cut to the terminal width (80 columns by default)."""
-    from gpudoctor.term import sanitize
+    from gpudoctor.engine.display import clean_for_display as sanitize
 
     prefix_len = 6 + ID_WIDTH + 1
     body = shorten(sanitize(text), max(10, out.width - prefix_len))
@@ -38,7 +38,7 @@ def result_row(out, result: Result, ident: str | None = None) -> str:
 
 def evidence_lines(out, result: Result, entry_titles: dict[str, str] | None = None) -> list[str]:
     """The evidence under a row, wrapped to the width; tables (lines that start with spaces) kept whole."""
-    from gpudoctor.term import sanitize
+    from gpudoctor.engine.display import clean_for_display as sanitize
 
     width = max(20, out.width - len(INDENT))
     lines = []

@@ -8,7 +8,8 @@ from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
 
 HELP = "name the cause of a failed run from its logs"
 DESCRIPTION = """\
-Read logs (files, per-rank directories, .gz, flight-recorder dumps, or stdin)
+Read logs (files, per-rank directories, globs, .gz .xz .zst .bz2 by content,
+flight-recorder dumps, or stdin, compressed or not)
 and name the known failures that explain them, best first, with the lines that
 betray each, the fix, and the probe that would confirm it. Says so plainly when
 nothing known matches.
@@ -19,7 +20,8 @@ examples:
   gpudoctor diagnose rank*.log --json
   gpudoctor diagnose job.log.gz --format markdown > report.md
 
-exit codes: 0 a cause named, 1 nothing known matched, 2 usage or input error"""
+exit codes: 0 a cause named, 1 nothing known matched, 2 usage or input error,
+3 internal error (a bug: the message names the report file)"""
 
 PROGRESS_MIN_BYTES = 32 << 20
 
@@ -28,7 +30,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("paths", nargs="*", metavar="PATH", help="log files or directories; - or nothing reads stdin")
     parser.add_argument("--format", "-f", choices=("text", "json", "markdown"), default=None,
                         help="output format (default text; --json is the same as --format json)")
-    parser.add_argument("--no-hyperscan", action="store_true", help="use the pure-Python matcher (same findings, slower)")
+    parser.add_argument("--engine", choices=("auto", "hyperscan", "re2", "python"), default="auto",
+                        help="multi-pattern engine (default: the fastest installed; every engine gives the same findings)")
+    parser.add_argument("--no-hyperscan", action="store_true", help="the same as --engine python")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N findings (default 5)")
     parser.add_argument("--probe", action="store_true",
                         help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
@@ -58,6 +62,18 @@ class _Progress:
         if self.shown:
             self.err.stream.write("\r" + " " * 60 + "\r")
             self.err.stream.flush()
+
+
+def _stdin():
+    """The binary standard input, or None when the process was started with it closed."""
+    stream = sys.stdin
+    return None if stream is None else getattr(stream, "buffer", stream)
+
+
+def _warn(err, message: str) -> None:
+    from gpudoctor.term import sanitize
+
+    err.write(f"{err.style('gpudoctor: warning:', 'yellow')} {sanitize(message)}")
 
 
 PROBED_FINDINGS = 3  # the probes of this many top findings run with --probe
@@ -99,37 +115,50 @@ def _options_from_evidence(findings) -> dict:
 
 def run(args, out) -> int:
     from gpudoctor.engine.diagnose import diagnose
-    from gpudoctor.engine.sources import InputError, resolve, stdin_is_terminal
+    from gpudoctor.engine.sources import resolve, stdin_is_terminal
 
     fmt = "json" if args.json else (args.format or "text")
-    stdin = getattr(args, "stdin", None) or sys.stdin.buffer
+    stdin = getattr(args, "stdin", None) or _stdin()
     paths = args.paths or ["-"]
+    if "-" in paths and stdin is None:
+        raise UserError("no input: standard input is closed; give log files or a directory")
     if paths == ["-"] and stdin_is_terminal(stdin):
         raise UserError("no input: give log files or a directory, or pipe a log in "
                         "(gpudoctor diagnose < nccl.log)")
     if args.top < 1:
         raise UserError("--top must be at least 1")
-    try:
-        sources = resolve(paths)
-    except InputError as exc:
-        raise UserError(str(exc)) from None
+    problems: list[str] = []
+    sources = resolve(paths, problems)
+    for problem in problems:  # named here; the inputs that can be read still are
+        _warn(args.err, problem)
+    if not sources:
+        raise UserError(problems[0] if len(problems) == 1 else f"none of the {len(problems)} inputs could be read")
     catalog = load(args)
     total = sum(s.size or 0 for s in sources) or None
     progress = None
     if args.err.stream.isatty() and (total is None or total >= PROGRESS_MIN_BYTES):
         progress = _Progress(args.err, total)
+    from gpudoctor.engine.sources import InputError
+
     try:
-        result = diagnose(catalog, sources, stdin=stdin, use_hyperscan=not args.no_hyperscan, progress=progress)
+        engine = "python" if args.no_hyperscan else (None if args.engine == "auto" else args.engine)
+        result = diagnose(catalog, sources, stdin=stdin, engine=engine, progress=progress)
     except InputError as exc:
         raise UserError(str(exc)) from None
     finally:
         if progress is not None:
             progress.close()
-    if all(i.bytes == 0 for i in result.inputs if i.kind == "log") and not any(i.kind == "flight" for i in result.inputs):
+    for summary in result.inputs:
+        if summary.problem:
+            _warn(args.err, summary.problem)
+    logs = [i for i in result.inputs if i.kind == "log"]
+    if all(i.bytes == 0 for i in logs) and not any(i.kind == "flight" for i in result.inputs):
+        if logs and all(i.problem for i in logs):
+            raise UserError("no input could be read" if len(logs) > 1 else "no input could be read: " + logs[0].problem)
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
-    result.findings = result.findings[: args.top]
+    result = result.top(args.top)
     if args.probe and result.findings:
-        result.probe_results = _run_probes(result.findings, args.err)
+        result = result.with_probe_results(_run_probes(result.findings, args.err))
     fix_plan = None
     if args.script or args.cmd:  # the top finding's fix, filled with what the log gave away
         from gpudoctor.commands.fix import emit_for_diagnosis, plan_for_diagnosis

@@ -104,22 +104,27 @@ def select(args) -> list:
 def _probes_for_entry(entry: str, kb_dirs) -> list:
     from gpudoctor.probes import registry
 
-    key = registry.normalize_entry_id(entry)
-    found = registry.probes_for(key)
-    catalog_entry = _catalog(kb_dirs).get(key)
-    if catalog_entry is not None:
-        found += [registry.get(p) for p in getattr(catalog_entry, "probes", ()) if registry.get(p)]
+    catalog = _catalog(kb_dirs)
+    catalog_entry = catalog.get(entry)
+    found = registry.probes_for(catalog, entry)
     if found:
         return found
-    covered = ", ".join(sorted(registry.entry_map(), key=lambda e: (e.rstrip("0123456789"), len(e), e)))
-    if catalog_entry is None and key not in registry.entry_map():
+    mapping = catalog.probe_map()
+    covered = ", ".join(mapping) or "none (the catalogue could not be read)"
+    if catalog_entry is None:
         raise UserError(f"unknown entry {entry!r}; probes exist for: {covered}")
-    raise UserError(f"no probe confirms {key}; probes exist for: {covered}")
+    raise UserError(f"no probe confirms {catalog_entry.id}; probes exist for: {covered}")
 
 
 class _NoCatalog:
     def get(self, _):
         return None
+
+    def probes_of(self, _) -> tuple:
+        return ()
+
+    def probe_map(self) -> dict:
+        return {}
 
 
 def _catalog(kb_dirs):
@@ -166,7 +171,7 @@ def run(args, out) -> int:
     from gpudoctor.probes import registry, report, session
 
     if args.list:
-        return _list(out, registry, args.json)
+        return _list(out, registry, args.json, args.kb)
     probes = select(args)
     options = probe_options(args)
     progress = Progress(args.err, len(probes))
@@ -203,16 +208,17 @@ def json_report(outcome, code: int) -> dict:
     return data
 
 
-def _list(out, registry, as_json: bool) -> int:
+def _list(out, registry, as_json: bool, kb_dirs=None) -> int:
     from gpudoctor.probes import report
 
+    catalog = _catalog(kb_dirs)
     if as_json:
-        probes = [{"id": p.id, "title": p.title, "confirms": list(p.confirms), "needs": list(p.needs),
-                   "timeout_s": p.timeout_s, "scope": p.scope} for p in registry.PROBES]
+        probes = [{"id": p.id, "title": p.title, "confirms": registry.entries_for(catalog, p.id),
+                   "needs": list(p.needs), "timeout_s": p.timeout_s, "scope": p.scope} for p in registry.PROBES]
         out.write(json.dumps({"probes": probes}, indent=2))
         return EXIT_OK
     for probe in registry.PROBES:
-        confirms = ",".join(probe.confirms) or "-"
+        confirms = ",".join(registry.entries_for(catalog, probe.id)) or "-"
         needs = f" [needs {', '.join(probe.needs)}]" if probe.needs else ""
         out.write(report.row(out, f"{probe.timeout_s:g}s", "dim", probe.id, f"{confirms}: {probe.title}{needs}"))
     return EXIT_OK

@@ -73,7 +73,7 @@ def test_pickle_dump_fields():
     assert (first.pg_name, first.pg_desc, first.collective_seq_id, first.op) == ("0", "default_pg", 1, "all_reduce")
     assert first.profiling_name == "gloo:all_reduce"
     assert first.input_sizes == ((16,),) and first.input_dtypes == ("Float",)
-    assert first.frames and first.frames[0].name == "all_reduce"
+    assert first.frames and first.frames[0].function == "all_reduce"
     assert {s.pg_id for s in dump.pg_status} == {"0", "1"}
 
 

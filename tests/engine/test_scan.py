@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import gpudoctor.engine.scan as scan_mod
 from gpudoctor.engine.diagnose import diagnose, pattern_set
+from gpudoctor.engine.engines import available
 from gpudoctor.engine.scan import Scanner
 from gpudoctor.engine.sources import resolve
 from gpudoctor.kb.catalog import load_catalog
@@ -32,14 +33,32 @@ def patterns(catalog):
     return pattern_set(catalog)
 
 
-def scan_bytes(patterns, data: bytes, hyperscan: bool = True):
-    return Scanner(patterns, use_hyperscan=hyperscan).scan(io.BytesIO(data), "<test>")
+ENGINES = available()
 
 
-def run(catalog, tmp_path, data: bytes, name: str = "x.log", hyperscan: bool = True):
+def scan_bytes(patterns, data: bytes, engine: str | None = None):
+    scanner = Scanner(patterns, engine=engine)
+    assert engine is None or scanner.engine == engine  # a named engine must really be the one that ran
+    return scanner.scan(io.BytesIO(data), "<test>")
+
+
+def hits_of(result) -> dict:
+    return {i: (h.count, [x.line_no for x in h.all()]) for i, h in result.hits.items()}
+
+
+def run(catalog, tmp_path, data: bytes, name: str = "x.log", engine: str | None = None):
     path = tmp_path / name
     path.write_bytes(data)
-    return diagnose(catalog, resolve([str(path)]), use_hyperscan=hyperscan)
+    return diagnose(catalog, resolve([str(path)]), engine=engine)
+
+
+def test_at_least_two_engines_are_installed_so_that_their_agreement_is_tested():
+    import platform
+
+    # the default install brings hyperscan and re2 wherever both have wheels; python is always there
+    assert len(ENGINES) >= 2, ENGINES
+    if platform.system() == "Linux" and platform.machine() in ("x86_64", "aarch64"):
+        assert ENGINES == ["hyperscan", "re2", "python"]
 
 
 def test_line_numbers_point_at_the_matched_lines(patterns):
@@ -93,8 +112,8 @@ def test_empty_and_missing_final_newline(patterns):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=3000))
 def test_arbitrary_bytes_never_raise_and_lines_exist(patterns, data):
-    for hyperscan in (True, False):
-        result = scan_bytes(patterns, data, hyperscan)
+    for engine in ENGINES:
+        result = scan_bytes(patterns, data, engine)
         assert result.lines == (data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1))
         for hits in result.hits.values():
             for h in hits.all():
@@ -107,13 +126,12 @@ LINE = st.sampled_from([NOISE, PORT, WATCHDOG, "", "step 10 loss 0.5", "\x00\xff
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(LINE, max_size=40))
-def test_both_engines_give_the_same_hits(patterns, lines):
+def test_every_engine_gives_the_same_hits(patterns, lines):
     data = "\n".join(lines).encode("utf-8", "surrogateescape")
-    a = scan_bytes(patterns, data, True)
-    b = scan_bytes(patterns, data, False)
-    assert {i: [h.line_no for h in v.all()] for i, v in a.hits.items()} == {
-        i: [h.line_no for h in v.all()] for i, v in b.hits.items()
-    }
+    results = {engine: hits_of(scan_bytes(patterns, data, engine)) for engine in ENGINES}
+    assert len(results) >= 2
+    first = results[ENGINES[0]]
+    assert all(r == first for r in results.values()), results
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -137,15 +155,19 @@ def test_gzip_input_gives_the_same_findings(catalog, tmp_path):
     assert plain.findings[0].evidence[0].line == packed.findings[0].evidence[0].line == 101
 
 
-def test_shipped_signatures_compile_under_hyperscan_exactly(catalog, monkeypatch):
-    pytest.importorskip("hyperscan")
+def test_shipped_signatures_compile_exactly_under_every_compiled_engine(catalog, monkeypatch):
+    from gpudoctor.engine import engine_hyperscan, engine_re2
     from gpudoctor.engine.patterns import PatternSet
 
     monkeypatch.setenv("GPUDOCTOR_NO_CACHE", "1")  # compile now rather than load a cached database
     fresh = PatternSet.from_entries(catalog)
-    assert fresh.hyperscan() is not None
-    # exact matching keeps context patterns to one match per block; a prefiltered one is slower
-    assert [fresh.patterns[i].name for i in fresh.prefiltered] == []
+    if "hyperscan" in ENGINES:
+        assert engine_hyperscan.HyperscanMatcher.build(fresh) is not None
+        # exact matching keeps context patterns to one match per block; a prefiltered one is slower
+        assert [fresh.patterns[i].name for i in engine_hyperscan.prefiltered(fresh)] == []
+    if "re2" in ENGINES:
+        matcher = engine_re2.Re2Matcher.build(fresh)
+        assert matcher is not None and matcher.rest is None  # RE2 reads every shipped pattern itself
 
 
 def test_structural_literals_are_what_each_regex_requires():
@@ -172,7 +194,7 @@ def test_parallel_split_scan_equals_the_sequential_scan(catalog, patterns, tmp_p
     path = tmp_path / "big.log"
     path.write_bytes(data)
     sources = resolve([str(path)])
-    scanner = Scanner(patterns, use_hyperscan=True)
+    scanner = Scanner(patterns)
     (split,) = par.scan_parallel(scanner, sources)
     whole = scanner.scan(open(path, "rb"), str(path))
     assert split.lines == whole.lines == len(lines)
@@ -186,14 +208,53 @@ def test_parallel_split_scan_equals_the_sequential_scan(catalog, patterns, tmp_p
 
 
 def test_engines_agree_when_a_literal_is_on_every_line(patterns):
-    # past COMMON_LITERAL occurrences the Python path hands the rest of the block to re
+    # past COMMON_LITERAL occurrences the Python engine hands the rest of the block to re
     lines = [f"[rank0] epoch 3 step {i} loss 0.{i % 97:02d}" for i in range(3000)]
     lines[1700] = "E1122 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 0"
     lines[2500] = "[rank0] epoch 0 step 0 loss 0.9"
     data = ("\n".join(lines) + "\n").encode()
-    a = scan_bytes(patterns, data, True)
-    b = scan_bytes(patterns, data, False)
-    assert {i: (h.count, [x.line_no for x in h.all()]) for i, h in a.hits.items()} == {
-        i: (h.count, [x.line_no for x in h.all()]) for i, h in b.hits.items()
-    }
-    assert any(h.line_no == 2501 for hits in b.hits.values() for h in hits.all())
+    results = {engine: scan_bytes(patterns, data, engine) for engine in ENGINES}
+    assert len(results) >= 2
+    first = hits_of(results[ENGINES[0]])
+    assert all(hits_of(r) == first for r in results.values())
+    assert all(any(h.line_no == 2501 for hits in r.hits.values() for h in hits.all()) for r in results.values())
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("pad", [3000, 6000, 200_000])
+def test_evidence_on_a_huge_line_is_centred_on_the_error(patterns, engine, pad):
+    line = b"x" * pad + b" " + PORT.encode() + b" " + b"y" * pad
+    result = scan_bytes(patterns, line + b"\n", engine)
+    texts = {h.text for hits in result.hits.values() for h in hits.all()}
+    assert texts, "the error on the huge line was not found"
+    for text in texts:
+        assert len(text) <= scan_mod.MAX_TEXT
+        assert PORT in text and text.startswith("…") and text.endswith("…")
+        left = text.index(PORT)
+        right = len(text) - left - len(PORT)
+        assert abs(left - right) < 2 * len(PORT)  # the error sits in the middle of what is kept
+
+
+def test_binary_and_huge_line_input_is_flagged_in_every_format(cli_proc, tmp_path):
+    import json
+
+    path = tmp_path / "odd.log"
+    path.write_bytes(b"\x00\x01binary\x00\n" + b"z" * (3 << 20) + b"\n" + PORT.encode() + b"\n")
+    text = cli_proc("diagnose", str(path), env={"NO_COLOR": "1"})
+    md = cli_proc("diagnose", str(path), "--format", "markdown")
+    js = json.loads(cli_proc("diagnose", str(path), "--json").out)
+    for out in (text.out, md.out, "\n".join(js["notes"])):
+        assert "binary data" in out and "lines of 512 KiB or more" in out
+    assert js["inputs"][0]["binary"] is True and js["inputs"][0]["huge_lines"] is True
+
+
+def test_a_rare_word_the_pattern_needs_stands_in_for_a_literal_on_every_line(patterns):
+    # "loss" on every line: the Python engine looks for "nan" instead, and must find what the others find
+    lines = [f"[rank0] step {i} loss 0.{i % 89:02d} lr 3e-4" for i in range(4000)]
+    lines[3100] = "[rank0] step 3100 loss nan lr 3e-4"
+    data = ("\n".join(lines) + "\n").encode()
+    results = {engine: scan_bytes(patterns, data, engine) for engine in ENGINES}
+    first = hits_of(results[ENGINES[0]])
+    assert all(hits_of(r) == first for r in results.values())
+    nan = [i for i, p in enumerate(patterns.patterns) if p.name == "rank-nan"]
+    assert nan and all(3101 in first[i][1] for i in nan)

@@ -97,11 +97,11 @@ def test_entries_are_written_in_their_own_words(catalog):
     assert offenders == []
 
 
-def test_entries_list_exactly_the_probes_that_confirm_them(catalog):
+def test_entries_list_only_probes_that_exist_and_every_probe_has_an_entry(catalog):
     from gpudoctor.probes import registry
 
-    mapping = registry.entry_map()
     for entry in catalog:
-        assert sorted(entry.probes) == sorted(mapping.get(entry.id, [])), entry.id
         for probe_id in entry.probes:
-            assert registry.get(probe_id) is not None
+            assert registry.get(probe_id) is not None, (entry.id, probe_id)
+    listed = {p for probes in catalog.probe_map().values() for p in probes}
+    assert listed >= set(registry.ids()) - {"versions"}  # versions is context for every report, no one entry

@@ -10,15 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpudoctor.engine.lines import (
-    MAX_PREFIXES,
-    LinePrefix,
-    clean_for_display,
-    iso_to_epoch,
-    parse_prefix,
-    strip_ansi,
-    visible_text,
-)
+from gpudoctor.engine.display import clean_for_display, strip_ansi, visible_text
+from gpudoctor.engine.prefix import MAX_PREFIXES, LinePrefix, parse_prefix
+from gpudoctor.engine.timefmt import iso_to_epoch
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "lines"
 
@@ -320,7 +314,7 @@ def test_result_is_frozen_and_comparable() -> None:
     assert p == parse_prefix("[rank2]: x")
     assert p == LinePrefix(body="x", offset=9, rank=2, kinds=("rank",))
     assert hash(p) == hash(parse_prefix("[rank2]: x"))
-    # parse_prefix builds instances without __init__ (see lines._make): the usual tools still work
+    # parse_prefix builds instances without __init__ (see prefix._make): the usual tools still work
     assert dataclasses.asdict(p)["level"] is None and dataclasses.asdict(p)["rank"] == 2
     assert dataclasses.replace(p, rank=5).rank == 5
     assert pickle.loads(pickle.dumps(p)) == p

@@ -1,0 +1,121 @@
+"""The hyperscan engine: one block-mode database of every pattern, exact where it can, cached on disk."""
+from __future__ import annotations
+
+from gpudoctor.engine.patterns import PatternSet, prefilter_regex
+
+
+class HyperscanMatcher:
+    name = "hyperscan"
+
+    def __init__(self, db):
+        self.db = db
+
+    @classmethod
+    def build(cls, patterns: PatternSet) -> "HyperscanMatcher | None":
+        """None where hyperscan cannot compile the set (the other engines give the same findings)."""
+        if "hyperscan" not in patterns.engines:
+            patterns.engines["hyperscan"] = _database(patterns)
+        db = patterns.engines["hyperscan"]
+        return None if db is None else cls(db)
+
+    def candidates(self, block, end: int):
+        found: dict[int, tuple[set[int], int]] = {}
+        ends: list[tuple[int, int]] = []
+
+        def on_match(index, _start, end, _flags, _ctx):
+            ends.append((end, index))
+
+        with memoryview(block) as view:
+            self.db.scan(view[:end], match_event_handler=on_match)
+        for at, index in ends:
+            start = block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0
+            entry = found.get(start)
+            if entry is None:
+                found[start] = ({index}, at)
+            else:
+                entry[0].add(index)
+        return found
+
+
+def _database(patterns: PatternSet):
+    """Compiling takes a quarter of a second, so the serialized database is cached beside the
+    catalogue cache, keyed by the exact expressions and flags."""
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    exprs, flags = [], []
+    for p in patterns.patterns:
+        exprs.append(prefilter_regex(p.regex).encode("utf-8"))
+        flags.append((hyperscan.HS_FLAG_CASELESS if p.caseless else 0) | hyperscan.HS_FLAG_MULTILINE
+                     | (hyperscan.HS_FLAG_SINGLEMATCH if p.single else 0))
+    ids = [p.index for p in patterns.patterns]
+    cache = _cache_path(exprs, flags, ids)
+    if cache is not None and cache.is_file():
+        try:
+            db = hyperscan.loadb(cache.read_bytes(), mode=hyperscan.HS_MODE_BLOCK)
+            db.scratch = hyperscan.Scratch(db)
+            return db
+        except Exception:  # a stale or damaged cache is rebuilt below
+            pass
+    db, prefiltered = _compile(hyperscan, exprs, flags, ids)
+    patterns.engines["hyperscan-prefiltered"] = prefiltered
+    if db is not None and cache is not None:
+        _write_bytes(cache, hyperscan.dumpb(db))
+    return db
+
+
+def prefiltered(patterns: PatternSet) -> list[int]:
+    """Patterns hyperscan could take only in prefilter mode (a superset Python verifies), after a fresh compile."""
+    return list(patterns.engines.get("hyperscan-prefiltered", []))
+
+
+def _compile(hyperscan, exprs, flags, ids):
+    """Exact matching where hyperscan can take an expression as written; prefilter mode only for the few it cannot."""
+    def build(all_flags):
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=all_flags)
+        return db
+
+    try:
+        return build(flags), []
+    except Exception:
+        pass
+    mixed = list(flags)
+    for k, (expr, flag) in enumerate(zip(exprs, flags)):
+        try:
+            hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK).compile(expressions=[expr], ids=[0], elements=1,
+                                                                      flags=[flag])
+        except Exception:
+            mixed[k] = flag | hyperscan.HS_FLAG_PREFILTER
+    done = [ids[k] for k in range(len(ids)) if mixed[k] != flags[k]]
+    try:
+        return build(mixed), done
+    except Exception:
+        return None, done
+
+
+def _cache_path(exprs: list[bytes], flags: list[int], ids: list[int]):
+    import hashlib
+
+    from gpudoctor.kb.catalog import cache_dir
+
+    root = cache_dir()
+    if root is None:
+        return None
+    digest = hashlib.sha256(repr((exprs, flags, ids)).encode()).hexdigest()[:20]
+    return root / f"hyperscan-{digest}.db"
+
+
+def _write_bytes(path, data: bytes) -> None:
+    import os
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".hs-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # no cache, just a slower start next time

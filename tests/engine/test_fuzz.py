@@ -1,0 +1,83 @@
+"""Fuzzing `gpudoctor diagnose` end to end: arbitrary bytes, 50 MB lines, truncated and corrupt archives.
+Whatever comes in: no traceback, and exit 0, 1 or 2 only."""
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpudoctor.main import main
+
+PORT = (b"torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+        b"address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n")
+COMPRESS = [gzip.compress, lzma.compress, bz2.compress, lambda d: zstandard.ZstdCompressor().compress(d)]
+
+
+class _Stdin(io.BytesIO):
+    def fileno(self):  # not a terminal
+        raise OSError("not a real file")
+
+
+def _diagnose(tmp_path, data: bytes, *extra: str, via_stdin: bool = False) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    if via_stdin:
+        import sys
+
+        saved = sys.stdin
+        sys.stdin = io.TextIOWrapper(_Stdin(data))
+        try:
+            code = main(["diagnose", *extra], stdout=out, stderr=err)
+        finally:
+            sys.stdin = saved
+    else:
+        path = tmp_path / "fuzz.log"
+        path.write_bytes(data)
+        code = main(["diagnose", str(path), *extra], stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _check(code: int, err: str) -> None:
+    assert code in (0, 1, 2), err
+    assert "Traceback" not in err and "internal error" not in err
+
+
+_CHUNKS = st.one_of(
+    st.binary(max_size=400),
+    st.sampled_from([PORT, b"\x1f\x8b\x08\x00", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd", b"BZh9", b"\x00" * 64,
+                     b"\x1b]0;x\x07\x1b[31m", b"Traceback (most recent call last):\n", b"\r\n", b"\xff\xfe"]),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(_CHUNKS, max_size=12), fmt=st.sampled_from(["text", "json", "markdown"]),
+       stdin=st.booleans())
+def test_arbitrary_bytes(tmp_path, parts, fmt, stdin):
+    code, _, err = _diagnose(tmp_path, b"".join(parts), "--format", fmt, via_stdin=stdin)
+    _check(code, err)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.integers(0, len(COMPRESS) - 1), cut=st.floats(0.0, 1.0), flip=st.integers(0, 1 << 20),
+       stdin=st.booleans())
+def test_truncated_and_corrupt_archives(tmp_path, kind, cut, flip, stdin):
+    payload = b"noise line\n" * 5000 + PORT + b"tail line\n" * 5000
+    data = bytearray(COMPRESS[kind](payload))
+    data = data[: max(1, int(len(data) * cut))]
+    if flip % 3 == 0 and len(data) > 20:
+        data[10 + flip % (len(data) - 10)] ^= 0xFF  # one damaged byte past the header
+    code, _, err = _diagnose(tmp_path, bytes(data), via_stdin=stdin)
+    _check(code, err)
+
+
+@pytest.mark.timeout(60)
+def test_a_50_mb_line(tmp_path):
+    line = b"x" * (25 << 20) + b" " + PORT.rstrip(b"\n") + b" " + b"y" * (25 << 20)
+    code, out, err = _diagnose(tmp_path, line + b"\n", "--json")
+    _check(code, err)
+    assert code == 0 and "EADDRINUSE" in out and "scanned in pieces" in out

@@ -1,0 +1,56 @@
+"""Hard-wrapped pastes: rows cut at a terminal's width are rejoined before matching, line numbers kept."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.engine.rewrap import detect_width, rejoin
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "wrapped_accuracy.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("wrapped_accuracy", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+WATCHDOG = ("[rank3]:[E1122 01:58:03.026000 8038 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=57, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, "
+            "Timeout(ms)=1800000) ran for 1800093 milliseconds before timing out.")
+
+
+def test_rows_are_rejoined_and_later_lines_keep_their_numbers():
+    bench = _bench()
+    original = "\n".join(["[rank0]: starting", WATCHDOG, "[rank0]: after", WATCHDOG, "[rank1]: end"]) + "\n"
+    pasted = bench.hard_wrap(original, 80).encode()
+    assert detect_width(pasted) == 80
+    joined = rejoin(pasted, 80).decode().split("\n")
+    assert len(joined) == len(pasted.decode().split("\n"))  # same number of lines: numbers do not move
+    assert joined[1] == WATCHDOG  # the record, whole, at its first row
+    k = joined.index("[rank0]: after")
+    assert joined[k + 1] == WATCHDOG and joined[-2] == "[rank1]: end"
+
+
+def test_a_log_with_long_lines_is_not_taken_for_a_paste():
+    log = ("\n".join([WATCHDOG, "x" * 80, "short"]) + "\n").encode()
+    assert detect_width(log) is None
+    assert detect_width(b"a\nb\n") is None
+
+
+def test_a_new_record_after_a_full_row_is_not_glued_to_it():
+    row = "[rank0]: " + "y" * 71
+    text = f"{row}\n[rank1]: next record\n{row}\ncontinued\n".encode()
+    assert rejoin(text, 80).decode().split("\n") == [row, "[rank1]: next record", row + "continued", "", ""]
+
+
+@pytest.mark.timeout(120)
+def test_accuracy_set_rewrapped_at_80_and_120_columns_loses_at_most_two_points(capsys):
+    figures = _bench().run()
+    base = figures.pop("as written")
+    assert set(figures) == {"80 columns", "120 columns"}
+    for name, top1 in figures.items():
+        assert base - top1 <= 0.02, (name, top1, base)
