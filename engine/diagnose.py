@@ -9,7 +9,7 @@ from gpudoctor.engine.patterns import STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit, Scanner, SourceScan
 from gpudoctor.engine.sources import InputError, Source, open_source
 
-SCHEMA = "gpudoctor.diagnosis/1"
+SCHEMA = "gpudoctor.diagnosis/2"
 HYPERSCAN_FROM_BYTES = 8 << 20
 
 
@@ -66,6 +66,7 @@ def diagnose(
     logs = [s for s in sources if not s.flight]
     analysis = RankAnalysis(patterns, len(logs) > 1)
     done: dict[int, SourceScan] = {}
+    dumps_text: dict[str, tuple[str, int | None]] = {}  # sources that held py-spy / faulthandler stack dumps
     if not small:
         from gpudoctor.engine.parallel import scan_parallel
 
@@ -87,8 +88,9 @@ def diagnose(
             continue
         stream = open_source(source, stdin)
         problem = None
+        capture = _Capture(stream)
         try:
-            result = scanner.scan(stream, source.name, progress, None if source.compressed else source.size)
+            result = scanner.scan(capture, source.name, progress, None if source.compressed else source.size)
         except (OSError, EOFError) as exc:  # a truncated .gz, a read error half-way
             problem = f"{source.name}: read stopped early: {exc}"
             result = SourceScan(name=source.name)
@@ -96,6 +98,8 @@ def diagnose(
             if source.path is not None:
                 stream.close()
         scans.append((source, result))
+        if capture.dump is not None:
+            dumps_text[source.name] = (capture.dump, _hint_of(source, len(logs) > 1))
         analysis.add(source, result)
         inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem))
 
@@ -136,9 +140,75 @@ def diagnose(
     if not all((f, h.line_no) in explained for f, h in signals.get("rank-failed-first", [])):
         add_signal("rank-failed-first")
     findings = build_findings(entries, matched)
-    notes = [i.problem for i in inputs if i.problem]
+    from gpudoctor.engine.rules import annotate, evaluate, merge
+
+    verdicts = evaluate(scans, dumps_text)
+    findings, rule_notes = merge(entries, findings, verdicts)
+    ruled_out = {v.entry for v in verdicts if v.rule_out} - {v.entry for v in verdicts if not v.rule_out}
+    findings += _possible(catalog, scans, patterns, findings, ruled_out)
+    findings = annotate(findings)
+    notes = rule_notes + [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
     return Diagnosis(findings, ranks, verdict, inputs, scanner.engine, flight_report, notes)
+
+
+class _Capture:
+    """A read-through wrapper that keeps a small input's text when it holds stack dumps (py-spy, faulthandler)."""
+
+    LIMIT = 4 << 20
+
+    def __init__(self, stream):
+        self.stream, self.parts, self.size, self.over = stream, [], 0, False
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        if data and not self.over:
+            self.size += len(data)
+            if self.size > self.LIMIT:
+                self.over, self.parts = True, []
+            else:
+                self.parts.append(bytes(data))
+        return data
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer)
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    @property
+    def dump(self) -> str | None:
+        from gpudoctor.engine.stacks import looks_like_dump
+
+        if self.over or not self.parts:
+            return None
+        data = b"".join(self.parts)
+        return data.decode("utf-8", "replace") if looks_like_dump(data) else None
+
+
+def _hint_of(source: Source, per_rank_files: bool) -> int | None:
+    if not per_rank_files:
+        return None
+    return source.rank_hint if source.rank_hint is not None else source.local_rank_hint
+
+
+def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str]) -> list[Finding]:
+    """Possible causes for a log that shows a failure: all of them when nothing matched, a strong few beside matches."""
+    from gpudoctor.engine.possible import LIMIT, LIMIT_BESIDE_MATCH, failure_lines, possible_findings
+
+    lines = failure_lines(scans, patterns)
+    if not lines:
+        return []
+    matched = {f.id for f in findings} | ruled_out
+    if not findings:
+        return possible_findings(catalog, lines, matched, LIMIT)
+    return [f for f in possible_findings(catalog, lines, matched, LIMIT_BESIDE_MATCH) if f.score >= STRONG_POSSIBLE]
+
+
+STRONG_POSSIBLE = 0.36  # beside a confident finding, only a failure line that reads like the entry's own words
 
 
 def _flight_signals(report, dump_names: list[str], signals: dict, verdict: list[str], ranks: list) -> None:

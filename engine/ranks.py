@@ -23,9 +23,31 @@ _COLLECTIVES = {
     "broadcast", "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
     "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "send", "recv",
 }
-# user functions whose name says "only one rank is meant to be here"
-_GATED_FUNCTION = re.compile(r"save|checkpoint|ckpt|eval|valid|log|metric|report|print|test|export|rank0|main_process",
-                             re.IGNORECASE)
+# user functions whose name says "only one rank is meant to be here": saving, evaluating, logging metrics,
+# exporting; whole words of a snake_case or camelCase name, so logits, catalog, latest or printer do not count
+_GATED_WORDS = (r"save|saving|saver|checkpoint|checkpointing|ckpt|eval|evaluate|evaluation|evaluator|validate|"
+                r"validation|valid|val|export|upload|push|wandb|tensorboard|rank0|rank_zero|main_process")
+_GATED_FUNCTION = re.compile(
+    r"(?:^|_)(?:" + _GATED_WORDS + r")(?:$|_)|^(?:log|write|report)_(?:metrics?|scalars?|stats|summary|results?|"
+    r"images?|samples?)$|^on_(?:save|validation|evaluate)\w*$", re.IGNORECASE)
+# a source line that branches on being rank 0
+_RANK0_BRANCH = re.compile(r"rank\s*==\s*0|0\s*==\s*\w*rank|is_main_process|is_global_zero|is_local_main_process|"
+                           r"is_world_process_zero|is_local_process_zero|local_rank\s+in\s+[\[(]-1,\s*0|rank\s*<=?\s*0|"
+                           r"not\s+\w*rank\b|is_master|is_rank_?0|rank_zero_only|main_process_only|master_only")
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def is_gated_function(name: str | None) -> bool:
+    """Whether a function's name says only one rank should run it (save_checkpoint, evaluate, log_metrics)."""
+    return bool(name) and bool(_GATED_FUNCTION.search(_snake(name.strip("_"))))
+
+
+def is_rank0_branch(source: str | None) -> bool:
+    """Whether a source line guards what follows with a rank-0 test."""
+    return bool(source) and bool(_RANK0_BRANCH.search(source))
 SIGNALS = ("collective-timeout", "lost-peer", "rank-failed-first", "ranks-in-different-collectives",
            "collective-in-gated-path")
 
@@ -45,6 +67,7 @@ class RankReport:
     blocked_in: str | None = None  # the collective its traceback ends in: "barrier", "backward"
     blocked_from: Evidence | None = None  # the user frame that called it
     status: str = "ok"  # ok | died | behind | waiting | lost-peer | missing | no-init
+    _caller_source: str | None = field(default=None, repr=False)  # the code line of blocked_from
     _first_epoch: float | None = field(default=None, repr=False)
 
 
@@ -172,6 +195,7 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             if blocked and r.blocked_in is None:
                 r.blocked_in = blocked
                 if caller is not None:
+                    r._caller_source = caller.source
                     at = _find_line(lines, tb.start, tb.end, f"line {caller.line}, in {caller.function}")
                     r.blocked_from = Evidence(scan.name, line_no + (at if at is not None else tb.start),
                                               lines[at] if at is not None else caller.file,
@@ -298,7 +322,8 @@ def _derive(state: _State) -> None:
         for r in (r for group in blocked.values() if len(group) == fewest for r in group):
             smallest = [x for x in blocked.values() if r in x][0]
             caller = r.blocked_from
-            gated_name = caller is not None and _GATED_FUNCTION.search(caller.signature or "")
+            gated_name = caller is not None and (is_gated_function(caller.signature)
+                                                 or is_rank0_branch(getattr(r, "_caller_source", None)))
             # rank 0 alone in another collective is the `if rank == 0:` branch in all but name
             rank0_alone = len(smallest) == 1 and r.rank == 0
             if gated_name or rank0_alone:

@@ -1,0 +1,134 @@
+"""The "possible" tier: when the log shows a failure, rank catalogue entries by how well its failure lines read like theirs."""
+from __future__ import annotations
+
+import re
+
+from gpudoctor.engine.findings import Evidence, Finding
+
+# a line that says something went wrong; the scanner's structural hits (exceptions, NCCL WARN,
+# watchdog and gloo timeouts, signals, lost peers) count without it
+_FAILURE = re.compile(
+    r"\b(?:[A-Za-z]*(?:Error|Exception)|error|ERROR|fail(?:ed|ure|s)?|FAIL(?:ED)?|fatal|FATAL|abort(?:ed|ing)?|"
+    r"timed out|time ?out|timeout|[Kk]illed|exit ?code|exitcode|return code|refused|denied|invalid|[Uu]nable to|"
+    r"[Cc]annot|can't|not found|[Nn]o such|mismatch(?:ed)?|unrecognized|deadlock|WARN|not permitted|"
+    r"not supported|[Ee]xpected)\b"
+)
+# launcher bookkeeping around a failure: it proves there was one but says nothing about which
+_BOOKKEEPING = re.compile(
+    r"ChildFailedError|Root Cause \(first observed failure\)|^\s*(?:exitcode|error_file|traceback|rank|host|time)\s*:|"
+    r"To enable traceback see|torch\.distributed\.elastic\.multiprocessing\.errors|FAILED\s*$|"
+    r"Sending process \d+ closing signal|^\s*\[\d+\]:\s*$|failures:\s*$"
+)
+_STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
+SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
+MAX_QUERIES = 12  # distinct failure lines searched
+MAX_QUERY_CHARS = 400
+MIN_SEARCH = 0.3  # search score below which an entry shares only stray words with the failure
+MIN_SEARCH_PASTED = 0.5  # a pasted line with no failure word must read much like an entry's own words
+SCALE = 0.6  # a possible cause never scores like a confident match
+LIMIT = 3  # possible causes shown when nothing matched
+LIMIT_BESIDE_MATCH = 2  # shown after confident findings, for failure lines those do not explain
+
+
+def failure_lines(scans, patterns) -> list[Evidence]:
+    """The lines that show the run failed, in file and line order (deduplicated by their wording)."""
+    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.patterns import STRUCT
+
+    index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
+    found: dict[tuple[str, int], str] = {}
+    pasted: dict[tuple[str, int], str] = {}  # lines of a short paste that name no failure themselves
+    for source, scan in scans:
+        name = scan.name
+        for struct in _STRUCT_FAILURES:
+            hits = scan.hits.get(index.get(struct, -1))
+            if hits:
+                for hit in hits.all():
+                    found[(name, hit.line_no)] = hit.text
+        short = 0 < scan.lines <= SHORT_INPUT
+        for line_no, text in scan.tail:
+            if _FAILURE.search(text):
+                found[(name, line_no)] = text
+            elif short:
+                pasted[(name, line_no)] = text
+        for opener, line_no, lines in scan.windows:
+            if opener != "traceback":
+                continue
+            last = _exception_line(lines)
+            if last is not None:
+                found[(name, line_no + last)] = lines[last]
+    out, seen = [], set()
+    both = {k: (t, "failure-line") for k, t in found.items()}
+    both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})
+    for (file, line), (text, kind) in sorted(both.items()):
+        body = " ".join(parse_prefix(text).body.split())
+        key = re.sub(r"\d+", "0", body)
+        if not body or key in seen:
+            continue
+        seen.add(key)
+        out.append(Evidence(file, line, text, kind))
+    return out
+
+
+def _exception_line(lines: list[str]) -> int | None:
+    from gpudoctor.engine.structure import parse_tracebacks
+
+    for tb in parse_tracebacks(lines)[:1]:
+        name = tb.exc_type.rsplit(".", 1)[-1]
+        if not name:
+            return None
+        for i in range(min(tb.end, len(lines)) - 1, tb.start - 1, -1):
+            if name + ":" in lines[i] or lines[i].strip() == tb.exc_type:
+                return i
+    return None
+
+
+def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
+    """The lines worth searching, each with how much its words count (launcher bookkeeping little)."""
+    from gpudoctor.engine.lines import parse_prefix
+
+    weighted = []
+    for ev in lines:
+        body = parse_prefix(ev.text).body
+        weighted.append((ev, 0.4 if _BOOKKEEPING.search(body) else 1.0))
+    # the first failures name the cause; the last ones are what the launcher says about them
+    strong = [w for w in weighted if w[1] == 1.0][:MAX_QUERIES]
+    weak = [w for w in weighted if w[1] < 1.0][: max(0, MAX_QUERIES - len(strong))]
+    return strong + weak
+
+
+def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: int = LIMIT) -> list[Finding]:
+    """Entries whose error strings and symptoms read most like the failure lines, as tier "possible"."""
+    from gpudoctor.engine.lines import parse_prefix
+
+    if not lines:
+        return []
+    index = catalog.search_index()
+    entries = {e.id: e for e in catalog}
+    best: dict[str, list[tuple[float, Evidence]]] = {}
+    for ev, weight in _informative(lines):
+        query = " ".join(parse_prefix(ev.text).body.split())[:MAX_QUERY_CHARS]
+        floor = MIN_SEARCH_PASTED if ev.signature == "pasted-line" else MIN_SEARCH
+        for hit in index.search(query, limit=5):
+            if hit.score < floor:
+                continue
+            best.setdefault(hit.id, []).append((hit.score * weight, ev))
+    ranked = []
+    for eid, scores in best.items():
+        entry = entries.get(eid)
+        if entry is None or eid in exclude or entry.section == "guides":
+            continue
+        scores.sort(key=lambda s: -s[0])
+        # the best line decides; a second line that agrees adds a little
+        score = scores[0][0] + (0.15 * scores[1][0] if len(scores) > 1 else 0.0)
+        ranked.append((min(score, 1.0) * SCALE, eid, [ev for _, ev in scores[:2]]))
+    ranked.sort(key=lambda r: (-r[0], r[1]))
+    findings = []
+    for score, eid, evs in ranked[:limit]:
+        entry = entries[eid]
+        findings.append(Finding(
+            id=eid, title=entry.title, score=round(score, 3),
+            evidence=tuple(Evidence(e.file, e.line, e.text, "failure-line") for e in evs),
+            fix=entry.fix_summary, probes=entry.probes, signatures=(), tier="possible",
+        ))
+    return findings
