@@ -8,9 +8,11 @@ from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
 from gpudoctor.engine.patterns import STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit, Scanner, SourceScan
 from gpudoctor.engine.sources import InputError, Source, open_source
+from gpudoctor.engine.stacks import looks_like_dump
 
 SCHEMA = "gpudoctor.diagnosis/2"
 HYPERSCAN_FROM_BYTES = 8 << 20
+CAPTURE_TOTAL = 16 << 20  # characters of small inputs kept whole for rules and possible causes
 
 
 @dataclass
@@ -67,6 +69,8 @@ def diagnose(
     analysis = RankAnalysis(patterns, len(logs) > 1)
     done: dict[int, SourceScan] = {}
     dumps_text: dict[str, tuple[str, int | None]] = {}  # sources that held py-spy / faulthandler stack dumps
+    texts: dict[str, str] = {}  # the whole text of small sources, for the possible tier's failure lines
+    budget = CAPTURE_TOTAL
     if not small:
         from gpudoctor.engine.parallel import scan_parallel
 
@@ -98,8 +102,12 @@ def diagnose(
             if source.path is not None:
                 stream.close()
         scans.append((source, result))
-        if capture.dump is not None:
-            dumps_text[source.name] = (capture.dump, _hint_of(source, len(logs) > 1))
+        text = capture.text(budget)
+        if text is not None:
+            budget -= len(text)
+            texts[source.name] = text
+            if looks_like_dump(text):
+                dumps_text[source.name] = (text, _hint_of(source, len(logs) > 1))
         analysis.add(source, result)
         inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem))
 
@@ -145,7 +153,7 @@ def diagnose(
     verdicts = evaluate(scans, dumps_text)
     findings, rule_notes = merge(entries, findings, verdicts)
     ruled_out = {v.entry for v in verdicts if v.rule_out} - {v.entry for v in verdicts if not v.rule_out}
-    findings += _possible(catalog, scans, patterns, findings, ruled_out)
+    findings += _possible(catalog, scans, patterns, findings, ruled_out, texts)
     findings = annotate(findings)
     notes = rule_notes + [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
@@ -179,14 +187,10 @@ class _Capture:
     def __getattr__(self, name):
         return getattr(self.stream, name)
 
-    @property
-    def dump(self) -> str | None:
-        from gpudoctor.engine.stacks import looks_like_dump
-
-        if self.over or not self.parts:
+    def text(self, budget: int) -> str | None:
+        if self.over or not self.parts or self.size > budget:
             return None
-        data = b"".join(self.parts)
-        return data.decode("utf-8", "replace") if looks_like_dump(data) else None
+        return b"".join(self.parts).decode("utf-8", "replace")
 
 
 def _hint_of(source: Source, per_rank_files: bool) -> int | None:
@@ -195,11 +199,11 @@ def _hint_of(source: Source, per_rank_files: bool) -> int | None:
     return source.rank_hint if source.rank_hint is not None else source.local_rank_hint
 
 
-def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str]) -> list[Finding]:
+def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str], texts: dict) -> list[Finding]:
     """Possible causes for a log that shows a failure: all of them when nothing matched, a strong few beside matches."""
     from gpudoctor.engine.possible import LIMIT, LIMIT_BESIDE_MATCH, failure_lines, possible_findings
 
-    lines = failure_lines(scans, patterns)
+    lines = failure_lines(scans, patterns, texts)
     if not lines:
         return []
     matched = {f.id for f in findings} | ruled_out

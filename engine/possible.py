@@ -13,12 +13,16 @@ _FAILURE = re.compile(
     r"[Cc]annot|can't|not found|[Nn]o such|mismatch(?:ed)?|unrecognized|deadlock|WARN|not permitted|"
     r"not supported|[Ee]xpected)\b"
 )
+_WARNING = re.compile(r"\b(?:WARNING|Warning|warning|[A-Z]\w*Warning)\b")
 # launcher bookkeeping around a failure: it proves there was one but says nothing about which
 _BOOKKEEPING = re.compile(
     r"ChildFailedError|Root Cause \(first observed failure\)|^\s*(?:exitcode|error_file|traceback|rank|host|time)\s*:|"
     r"To enable traceback see|torch\.distributed\.elastic\.multiprocessing\.errors|FAILED\s*$|"
-    r"Sending process \d+ closing signal|^\s*\[\d+\]:\s*$|failures:\s*$"
+    r"Sending process \d+ closing signal|^\s*\[\d+\]:\s*$|failures:\s*$|Setting OMP_NUM_THREADS|"
+    r"^\s*warnings\.warn\(|^\s*\*{8,}|FutureWarning|DeprecationWarning|TORCHELASTIC_ENABLE_FILE_TIMER|"
+    r"TORCHELASTIC_HEALTH_CHECK_PORT|FAILED with no error file|Decorate your entrypoint|rdzv_configs\s*:"
 )
+_FRAME_LINE = re.compile(r'\s*(?:\[[^\]]{1,40}\]:?\s*)?(?:File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
 _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
 SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
 MAX_QUERIES = 12  # distinct failure lines searched
@@ -30,8 +34,11 @@ LIMIT = 3  # possible causes shown when nothing matched
 LIMIT_BESIDE_MATCH = 2  # shown after confident findings, for failure lines those do not explain
 
 
-def failure_lines(scans, patterns) -> list[Evidence]:
-    """The lines that show the run failed, in file and line order (deduplicated by their wording)."""
+def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
+    """The lines that show the run failed, in file and line order (deduplicated by their wording).
+
+    texts: the whole text of inputs small enough to keep; their every line is read, others only through
+    the scanner's structural hits, its traceback windows and the last lines."""
     from gpudoctor.engine.lines import parse_prefix
     from gpudoctor.engine.patterns import STRUCT
 
@@ -46,6 +53,18 @@ def failure_lines(scans, patterns) -> list[Evidence]:
                 for hit in hits.all():
                     found[(name, hit.line_no)] = hit.text
         short = 0 < scan.lines <= SHORT_INPUT
+        whole = (texts or {}).get(name)
+        if whole is not None:
+            after_frame = False
+            for line_no, text in enumerate(whole.splitlines(), 1):
+                if after_frame:  # the code line Python prints under a frame: the user's source, not a message
+                    after_frame = False
+                    continue
+                if _FRAME_LINE.match(text) or ('File "' in text and _FRAME_LINE.search(text)):
+                    after_frame = True
+                    continue
+                if _FAILURE.search(text) or _WARNING.search(text):
+                    found[(name, line_no)] = text
         for line_no, text in scan.tail:
             if _FAILURE.search(text):
                 found[(name, line_no)] = text
@@ -62,8 +81,8 @@ def failure_lines(scans, patterns) -> list[Evidence]:
     both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})
     for (file, line), (text, kind) in sorted(both.items()):
         body = " ".join(parse_prefix(text).body.split())
-        key = re.sub(r"\d+", "0", body)
-        if not body or key in seen:
+        key = re.sub(r"\d+", "0", body)[:200]
+        if not body or key in seen or _FRAME_LINE.match(body):
             continue
         seen.add(key)
         out.append(Evidence(file, line, text, kind))
@@ -91,14 +110,22 @@ def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
     for ev in lines:
         body = parse_prefix(ev.text).body
         weighted.append((ev, 0.4 if _BOOKKEEPING.search(body) else 1.0))
-    # the first failures name the cause; the last ones are what the launcher says about them
-    strong = [w for w in weighted if w[1] == 1.0][:MAX_QUERIES]
+    # the first failures name the cause, the last ones how the run ended; the middle repeats them
+    strong = [w for w in weighted if w[1] == 1.0]
+    if len(strong) > MAX_QUERIES:
+        strong = strong[: MAX_QUERIES // 2] + strong[-(MAX_QUERIES - MAX_QUERIES // 2):]
     weak = [w for w in weighted if w[1] < 1.0][: max(0, MAX_QUERIES - len(strong))]
     return strong + weak
 
 
+def aggregate(scores: list[float]) -> float:
+    """One entry's standing from its per-line search scores, best first: the best line decides, agreeing lines add."""
+    return scores[0] + 0.5 * sum(scores[1:2]) + 0.25 * sum(scores[2:3])
+
+
 def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: int = LIMIT) -> list[Finding]:
     """Entries whose error strings and symptoms read most like the failure lines, as tier "possible"."""
+    from gpudoctor.engine.errcodes import explain
     from gpudoctor.engine.lines import parse_prefix
 
     if not lines:
@@ -108,6 +135,9 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
     best: dict[str, list[tuple[float, Evidence]]] = {}
     for ev, weight in _informative(lines):
         query = " ".join(parse_prefix(ev.text).body.split())[:MAX_QUERY_CHARS]
+        meanings = explain(query)
+        if meanings:  # "ncclSystemError" says little by itself; what it stands for says more
+            query += " " + " ".join(m.text for m in meanings)
         floor = MIN_SEARCH_PASTED if ev.signature == "pasted-line" else MIN_SEARCH
         for hit in index.search(query, limit=5):
             if hit.score < floor:
@@ -119,15 +149,13 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
         if entry is None or eid in exclude or entry.section == "guides":
             continue
         scores.sort(key=lambda s: -s[0])
-        # the best line decides; a second line that agrees adds a little
-        score = scores[0][0] + (0.15 * scores[1][0] if len(scores) > 1 else 0.0)
-        ranked.append((min(score, 1.0) * SCALE, eid, [ev for _, ev in scores[:2]]))
+        ranked.append((aggregate([s for s, _ in scores]), eid, [ev for _, ev in scores[:2]]))
     ranked.sort(key=lambda r: (-r[0], r[1]))
     findings = []
     for score, eid, evs in ranked[:limit]:
         entry = entries[eid]
         findings.append(Finding(
-            id=eid, title=entry.title, score=round(score, 3),
+            id=eid, title=entry.title, score=round(min(score, 1.0) * SCALE, 3),
             evidence=tuple(Evidence(e.file, e.line, e.text, "failure-line") for e in evs),
             fix=entry.fix_summary, probes=entry.probes, signatures=(), tier="possible",
         ))

@@ -79,22 +79,19 @@ def traceback_rules(tb, file: str, line: int, text: str) -> list[Verdict]:
         if zero:
             out.append(Verdict("D16", "rule:zero-init-oom", (
                 replace(here, signature="rule:zero-init-oom"),
-                Evidence(file, line, "raised while DeepSpeed set up ZeRO state: " + _frame_text(zero[-1]),
-                         "rule:zero-init-oom"))))
+                Evidence(file, line, "raised while DeepSpeed set up ZeRO state: " + _frame_text(zero[-1]), "because"))))
         fsdp = [f for f in frames if (_FSDP_STATE_FN.match(f.function or "") and _FSDP_FILE.search(_norm(f.file)))
                 or (f.is_user and f.source and _FULL_STATE_SOURCE.search(f.source))]
         if fsdp and any(_FSDP_FILE.search(_norm(f.file)) for f in frames):
             out.append(Verdict("D15", "rule:fsdp-state-dict-oom", (
                 replace(here, signature="rule:fsdp-state-dict-oom"),
-                Evidence(file, line, "raised while gathering a full FSDP state dict: " + _frame_text(fsdp[-1]),
-                         "rule:fsdp-state-dict-oom"))))
+                Evidence(file, line, "raised while gathering a full FSDP state dict: " + _frame_text(fsdp[-1]), "because"))))
     elif _LOAD_MISMATCH.search(chain_text):
         fsdp = [f for f in frames if _FSDP_FILE.search(_norm(f.file)) and _FSDP_STATE_FN.match(f.function or "")]
         if fsdp:
             out.append(Verdict("D15", "rule:fsdp-state-dict-load", (
                 replace(here, signature="rule:fsdp-state-dict-load"),
-                Evidence(file, line, "raised while FSDP loaded a state dict: " + _frame_text(fsdp[-1]),
-                         "rule:fsdp-state-dict-load"))))
+                Evidence(file, line, "raised while FSDP loaded a state dict: " + _frame_text(fsdp[-1]), "because"))))
     if _INVALID_ORDINAL.search(message):
         out.extend(_ordinal_rule(frames, here))
     return out
@@ -115,8 +112,7 @@ def _ordinal_rule(frames, here: Evidence) -> list[Verdict]:
         if _GLOBAL_INDEX.search(arg):
             return [Verdict("D3", "rule:ordinal-by-global-rank", (
                 replace(here, signature="rule:ordinal-by-global-rank"),
-                Evidence(here.file, here.line, "the device index is the global rank: " + _frame_text(frame),
-                         "rule:ordinal-by-global-rank")))]
+                Evidence(here.file, here.line, "the device index is the global rank: " + _frame_text(frame), "because")))]
     return []
 
 
@@ -191,13 +187,14 @@ def annotate(findings: list[Finding]) -> list[Finding]:
     """Each finding with the meaning of any NCCL result or CUDA error its evidence lines name."""
     from gpudoctor.engine.errcodes import explain
 
-    out = []
+    out, shown = [], set()  # a meaning is told once, under the first finding whose lines carry it
     for f in findings:
         extra, seen = [], set()
         for ev in f.evidence:
             for meaning in explain(ev.text):
-                if meaning.code not in seen and len(seen) < 3:
+                if meaning.code not in seen | shown and len(seen) < 3:
                     seen.add(meaning.code)
                     extra.append(Evidence(ev.file, ev.line, str(meaning), "meaning"))
+        shown |= seen
         out.append(replace(f, evidence=f.evidence + tuple(extra)) if extra else f)
     return out

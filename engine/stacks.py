@@ -10,7 +10,7 @@ _PYSPY_FRAME = re.compile(r"^\s{2,}(\S.*?) \(([^()]+?):(\d+)\)\s*$")
 _FAULT_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9A-Fa-f]+ \(most recent call first\):")
 _FAULT_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
 _RANK_IN_CMD = re.compile(r"(?:--local[-_]rank[= ]|\bRANK=|\brank[= ])(\d+)")
-HINTS = (b"(most recent call first)", b" (idle)", b" (active)")
+HINTS = ("(most recent call first)", " (idle)", " (active)")
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class ProcessStack:
     line: int  # 1-based line of the thread header
 
 
-def looks_like_dump(data: bytes) -> bool:
+def looks_like_dump(data: str) -> bool:
     return any(h in data for h in HINTS)
 
 

@@ -10,8 +10,10 @@ HELP = "name the cause of a failed run from its logs"
 DESCRIPTION = """\
 Read logs (files, per-rank directories, .gz, flight-recorder dumps, or stdin)
 and name the known failures that explain them, best first, with the lines that
-betray each, the fix, and the probe that would confirm it. Says so plainly when
-nothing known matches.
+betray each, the fix, and the probe that would confirm it. When no signature
+fires but the log shows a failure (a traceback, a NCCL WARN, a timeout, a killed
+rank), it lists the entries whose words the failure lines share as possible
+causes, kept apart from confident findings ("No known cause matched. Possibly:").
 
 examples:
   gpudoctor diagnose < nccl.log
@@ -19,7 +21,7 @@ examples:
   gpudoctor diagnose rank*.log --json
   gpudoctor diagnose job.log.gz --format markdown > report.md
 
-exit codes: 0 a cause named, 1 nothing known matched, 2 usage or input error"""
+exit codes: 0 a cause matched, 1 only possible causes or nothing known, 2 usage or input error"""
 
 PROGRESS_MIN_BYTES = 32 << 20
 
@@ -29,7 +31,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--format", "-f", choices=("text", "json", "markdown"), default=None,
                         help="output format (default text; --json is the same as --format json)")
     parser.add_argument("--no-hyperscan", action="store_true", help="use the pure-Python matcher (same findings, slower)")
-    parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N findings (default 5)")
+    parser.add_argument("--top", type=int, default=5, metavar="N",
+                        help="show at most N confident findings, and N possible causes (default 5)")
     parser.add_argument("--probe", action="store_true",
                         help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
 
@@ -125,9 +128,11 @@ def run(args, out) -> int:
             progress.close()
     if all(i.bytes == 0 for i in result.inputs if i.kind == "log") and not any(i.kind == "flight" for i in result.inputs):
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
-    result.findings = result.findings[: args.top]
-    if args.probe and result.findings:
-        result.probe_results = _run_probes(result.findings, args.err)
+    matches = [f for f in result.findings if getattr(f, "tier", "match") == "match"][: args.top]
+    possible = [f for f in result.findings if getattr(f, "tier", "match") != "match"][: args.top]
+    result.findings = matches + possible
+    if args.probe and matches:
+        result.probe_results = _run_probes(matches, args.err)
     if fmt == "json":
         from gpudoctor.report import to_json
 
@@ -140,4 +145,4 @@ def run(args, out) -> int:
         from gpudoctor.report import render_text
 
         render_text(result, out, catalog)
-    return EXIT_OK if result.findings else EXIT_NOTHING
+    return EXIT_OK if matches else EXIT_NOTHING
