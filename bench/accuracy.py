@@ -225,7 +225,7 @@ def main(argv=None) -> int:
         return 0
     print(render(sets, args.verbose, args.show_sealed))
     if not sealed:
-        print(f"\n(no sealed set: {SEALED.relative_to(ROOT)}/manifest*.yaml not found)")
+        print(f"\n(no sealed set: {SEALED}/manifest*.yaml not found)")
     return 0
 
 

@@ -150,10 +150,11 @@ def diagnose(
     findings = build_findings(entries, matched)
     from gpudoctor.engine.rules import annotate, evaluate, merge
 
-    verdicts = evaluate(scans, dumps_text)
+    verdicts = evaluate(scans, texts, dumps_text)
     findings, rule_notes = merge(entries, findings, verdicts)
     ruled_out = {v.entry for v in verdicts if v.rule_out} - {v.entry for v in verdicts if not v.rule_out}
-    findings += _possible(catalog, scans, patterns, findings, ruled_out, texts)
+    hints = [v for v in verdicts if v.tier == "possible" and v.entry not in ruled_out]
+    findings += _possible(catalog, scans, patterns, findings, ruled_out, texts, hints)
     findings = annotate(findings)
     notes = rule_notes + [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
@@ -199,17 +200,28 @@ def _hint_of(source: Source, per_rank_files: bool) -> int | None:
     return source.rank_hint if source.rank_hint is not None else source.local_rank_hint
 
 
-def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str], texts: dict) -> list[Finding]:
+def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str], texts: dict,
+              hints: list) -> list[Finding]:
     """Possible causes for a log that shows a failure: all of them when nothing matched, a strong few beside matches."""
     from gpudoctor.engine.possible import LIMIT, LIMIT_BESIDE_MATCH, failure_lines, possible_findings
 
-    lines = failure_lines(scans, patterns, texts)
-    if not lines:
-        return []
+    entries = {e.id: e for e in catalog}
     matched = {f.id for f in findings} | ruled_out
-    if not findings:
-        return possible_findings(catalog, lines, matched, LIMIT)
-    return [f for f in possible_findings(catalog, lines, matched, LIMIT_BESIDE_MATCH) if f.score >= STRONG_POSSIBLE]
+    hinted: list[Finding] = []
+    for v in hints:  # what the context makes likely (an OOM under ZeRO) comes before word matches
+        entry = entries.get(v.entry)
+        if entry is not None and v.entry not in matched and all(h.id != v.entry for h in hinted):
+            hinted.append(Finding(id=entry.id, title=entry.title, score=v.score, evidence=v.evidence,
+                                  fix=entry.fix_summary, probes=entry.probes, signatures=(v.rule,), tier="possible"))
+    lines = failure_lines(scans, patterns, texts)
+    if not lines and not hinted:
+        return []
+    matched |= {h.id for h in hinted}
+    limit = LIMIT if not findings else LIMIT_BESIDE_MATCH
+    found = possible_findings(catalog, lines, matched, limit) if lines else []
+    if findings:
+        found = [f for f in found if f.score >= STRONG_POSSIBLE]
+    return (hinted + found)[:limit]
 
 
 STRONG_POSSIBLE = 0.36  # beside a confident finding, only a failure line that reads like the entry's own words

@@ -16,128 +16,159 @@ class Verdict:
     evidence: tuple[Evidence, ...]
     score: float = RULE_SCORE
     rule_out: bool = False  # the structure shows it is NOT this entry
+    tier: str = "match"  # "possible": context that makes the entry likely without proving it
     note: str = ""
 
 
-# --- the frames of one raised exception ----------------------------------------------
+# --- tokens of the frames an error was raised through ---------------------------------------
+# Read from the text around the error line rather than from a parsed traceback, so that plain, IPython
+# ("File x.py:12, in f(...)"), Rich ("│ x.py:12 in f │") and prefixed tracebacks all count.
 
 _OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
-                  r"cudaErrorMemoryAllocation|Cuda failure 'out of memory'")
-_ZERO_FILE = re.compile(r"deepspeed/runtime/zero/(?:stage_1_and_2|stage3|stage2|stage1|partition_parameters|"
-                        r"parameter_offload|partitioned_param_coordinator)\.py$")
-_ZERO_INIT_FN = re.compile(r"^(?:__init__|initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|"
-                           r"_create_fp16_partitions\w*|_create_fp16_sub_groups|_configure_tensor_swapping|"
-                           r"_link_all_hp_params|_create_param_mapping|_partition_param\w*|partition|_post_init_method|"
-                           r"_convert_to_deepspeed_param|_zero_init_param|_init_\w+)$")
-_DS_ENGINE_INIT = re.compile(r"^_configure_zero_optimizer$")
-_FSDP_FILE = re.compile(r"torch/distributed/(?:fsdp|_composable/fsdp|checkpoint)/|torch/distributed/tensor/")
-_FSDP_STATE_FN = re.compile(r"^(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|_post_state_dict_hook|"
-                            r"_pre_state_dict_hook|_full_pre_load_state_dict_hook|_full_post_load_state_dict_hook|"
-                            r"_pre_load_state_dict_hook|_post_load_state_dict_hook|_gather_\w*|_get_fsdp_state_dict|"
-                            r"get_model_state_dict|get_optimizer_state_dict|get_state_dict|set_model_state_dict|"
-                            r"_state_dict_fn|_get_state_dict\w*|_load_model_state_dict|_full_tensor|full_tensor|"
-                            r"full_optim_state_dict|_optim_state_dict\w*|optim_state_dict)$")
-_FULL_STATE_SOURCE = re.compile(r"FullStateDictConfig|FULL_STATE_DICT|full_state_dict|FullOptimStateDictConfig|"
-                                r"full_optim_state_dict|get_model_state_dict|get_state_dict")
+                  r"cudaErrorMemoryAllocation|Cuda failure 'out of memory'|CUDA error: out of memory")
+_FRAMEISH = re.compile(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
+# ZeRO's optimizer-state set-up: DeepSpeed >= 0.3 (runtime/zero/stage_1_and_2.py, stage3.py, engine.py)
+# and 0.1-0.2 (pt/deepspeed_zero_optimizer.py, pt/deepspeed_light.py)
+_ZERO_INIT = re.compile(r"\b(?:initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|"
+                        r"_configure_zero_optimizer|_create_fp16_partitions\w*|_create_fp16_sub_groups|"
+                        r"DeepSpeedZeroOptimizer(?:_Stage3)?\(|_link_all_hp_params)\b")
+_ZERO_PATH = re.compile(r"deepspeed/(?:runtime/zero/|runtime/engine\.py|pt/deepspeed_zero_optimizer|"
+                        r"pt/deepspeed_light|pt/zero_optimizer)")
+_FSDP_PATH = re.compile(r"torch/distributed/(?:fsdp|_composable/fsdp|checkpoint|_state_dict_utils)|"
+                        r"fsdp/_state_dict_utils|fully_sharded_data_parallel")
+_FSDP_STATE = re.compile(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|_full_pre_load_state_dict_hook|"
+                         r"_full_post_load_state_dict_hook|_post_state_dict_hook|_pre_state_dict_hook|"
+                         r"_pre_load_state_dict_hook|_post_load_state_dict_hook|_gather_\w+|full_optim_state_dict|"
+                         r"_optim_state_dict\w*|get_model_state_dict|get_optimizer_state_dict|_get_fsdp_state_dict|"
+                         r"_state_dict_fn|FullStateDictConfig|FULL_STATE_DICT|full_state_dict|full_tensor)\b")
 _LOAD_MISMATCH = re.compile(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
                             r"Unexpected key\(s\) in state_dict")
+_LOAD_FN = re.compile(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
+                      r"_full_post_load_state_dict_hook|set_model_state_dict|_load_model_state_dict|load_state_dict)\b")
 _INVALID_ORDINAL = re.compile(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE")
-_DEVICE_CALL = re.compile(r"set_device\(|\.cuda\(|torch\.device\(|\.to\(|device_ids\s*=|cuda:\{|\"cuda:\"\s*\+|"
-                          r"f[\"']cuda:")
+_DEVICE_CALL = re.compile(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
+                          r"[\"']cuda:[\"']\s*\+")
+_PASSTHROUGH = re.compile(r"_cuda_setDevice\(|set_device\(\s*(?:device|self\.device|dev|d)\s*\)")
 _LOCAL_INDEX = re.compile(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id|"
                           r"args\.gpu\b|local_device")
 _GLOBAL_INDEX = re.compile(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
                            r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b")
+LOOK_BACK = 150  # lines before an error line that may hold its traceback
 
 
-def _all_frames(tb):
-    """Every frame of the printed chain, innermost last."""
-    frames = []
-    for exc in tb.chain:
-        frames.extend(exc.frames)
-    return frames
+def _frame_with(region: list[str], token: re.Pattern, path: re.Pattern | None = None) -> int | None:
+    """Index of the last frame line (or the line after it, where Rich wraps the name) that names token."""
+    for i in range(len(region) - 1, -1, -1):
+        line = region[i]
+        if not _FRAMEISH.search(line):
+            continue
+        near = line + " " + (region[i + 1] if i + 1 < len(region) else "")
+        if token.search(near) and (path is None or path.search(line.replace("\\", "/"))):
+            return i
+    return None
 
 
-def _norm(path: str) -> str:
-    return path.replace("\\", "/")
+def _clean(text: str) -> str:
+    return " ".join(text.replace("│", " ").split())[:300]
 
 
-def _frame_text(frame) -> str:
-    return f'File "{frame.file}", line {frame.line}, in {frame.function}' + (f": {frame.source}" if frame.source else "")
-
-
-def traceback_rules(tb, file: str, line: int, text: str) -> list[Verdict]:
-    """Rules over one exception chain; `line`/`text` locate its exception line in the input."""
-    frames = _all_frames(tb)
-    message = f"{tb.exc_type}: {tb.message}"
-    chain_text = " ".join(f"{e.exc_type}: {e.message}" for e in tb.chain)
-    here = Evidence(file, line, text, "")
+def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[Verdict]:
+    """Rules for the error on lines[at]; lines[:at] hold what was printed before it (its traceback)."""
+    error = lines[at]
+    region = lines[max(0, at - LOOK_BACK): at + 1]
+    base = first_line + max(0, at - LOOK_BACK)
+    here = Evidence(file, first_line + at, error, "")
     out: list[Verdict] = []
-    if _OOM.search(chain_text):
-        zero = [f for f in frames if (_ZERO_FILE.search(_norm(f.file)) and _ZERO_INIT_FN.match(f.function or ""))
-                or (_norm(f.file).endswith("deepspeed/runtime/engine.py") and _DS_ENGINE_INIT.match(f.function or ""))]
-        if zero:
-            out.append(Verdict("D16", "rule:zero-init-oom", (
-                replace(here, signature="rule:zero-init-oom"),
-                Evidence(file, line, "raised while DeepSpeed set up ZeRO state: " + _frame_text(zero[-1]), "because"))))
-        fsdp = [f for f in frames if (_FSDP_STATE_FN.match(f.function or "") and _FSDP_FILE.search(_norm(f.file)))
-                or (f.is_user and f.source and _FULL_STATE_SOURCE.search(f.source))]
-        if fsdp and any(_FSDP_FILE.search(_norm(f.file)) for f in frames):
-            out.append(Verdict("D15", "rule:fsdp-state-dict-oom", (
-                replace(here, signature="rule:fsdp-state-dict-oom"),
-                Evidence(file, line, "raised while gathering a full FSDP state dict: " + _frame_text(fsdp[-1]), "because"))))
-    elif _LOAD_MISMATCH.search(chain_text):
-        fsdp = [f for f in frames if _FSDP_FILE.search(_norm(f.file)) and _FSDP_STATE_FN.match(f.function or "")]
-        if fsdp:
-            out.append(Verdict("D15", "rule:fsdp-state-dict-load", (
-                replace(here, signature="rule:fsdp-state-dict-load"),
-                Evidence(file, line, "raised while FSDP loaded a state dict: " + _frame_text(fsdp[-1]), "because"))))
-    if _INVALID_ORDINAL.search(message):
-        out.extend(_ordinal_rule(frames, here))
+
+    def because(i: int, rule: str, what: str) -> tuple[Evidence, Evidence]:
+        return (replace(here, signature=rule), Evidence(file, base + i, f"{what}: {_clean(region[i])}", "because"))
+
+    if _OOM.search(error):
+        i = _frame_with(region, _ZERO_INIT, _ZERO_PATH)
+        if i is not None:
+            out.append(Verdict("D16", "rule:zero-init-oom",
+                               because(i, "rule:zero-init-oom", "raised while DeepSpeed set up ZeRO optimizer state")))
+        i = _frame_with(region, _FSDP_STATE)
+        if i is not None and any(_FSDP_PATH.search(x.replace("\\", "/")) for x in region):
+            out.append(Verdict("D15", "rule:fsdp-state-dict-oom",
+                               because(i, "rule:fsdp-state-dict-oom", "raised while gathering a full FSDP state dict")))
+    elif _LOAD_MISMATCH.search(error):
+        i = _frame_with(region, _LOAD_FN, _FSDP_PATH)
+        if i is not None:
+            out.append(Verdict("D15", "rule:fsdp-state-dict-load",
+                               because(i, "rule:fsdp-state-dict-load", "raised while FSDP loaded a state dict")))
+    if _INVALID_ORDINAL.search(error):
+        out.extend(_ordinal_rule(region, here, base))
     return out
 
 
-def _ordinal_rule(frames, here: Evidence) -> list[Verdict]:
+def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]:
     """invalid device ordinal: the global rank as a device index is D3; the local rank means too few GPUs."""
-    calls = [f for f in frames if f.source and _DEVICE_CALL.search(f.source)
-             and not re.search(r"\bdevice\)\s*$|_cuda_setDevice\(device\)", f.source)]
-    for frame in reversed(calls):  # the innermost call that still shows which number it passed
-        src = frame.source or ""
-        arg = src[src.find("("):] if "(" in src else src
+    for i in range(len(region) - 2, -1, -1):  # the call nearest the error that still shows which number it passed
+        src = region[i]
+        m = _DEVICE_CALL.search(src)
+        if not m or _PASSTHROUGH.search(src) or _FRAMEISH.search(src):
+            continue
+        arg = src[m.start():]
+        code = _clean(src)
         if _LOCAL_INDEX.search(arg):
             return [Verdict("D3", "rule:ordinal-by-local-rank", (replace(here, signature="rule:ordinal-by-local-rank"),),
                             rule_out=True,
-                            note=f"not D3: line {here.line} sets the device by the local rank ({src.strip()[:80]}); "
-                                 f"an invalid ordinal then means more processes per node than visible GPUs")]
+                            note=f"not D3: line {base + i} sets the device by the local rank ({code[:80]}); an invalid "
+                                 f"ordinal then means more processes on the node than visible GPUs")]
         if _GLOBAL_INDEX.search(arg):
             return [Verdict("D3", "rule:ordinal-by-global-rank", (
                 replace(here, signature="rule:ordinal-by-global-rank"),
-                Evidence(here.file, here.line, "the device index is the global rank: " + _frame_text(frame), "because")))]
+                Evidence(here.file, base + i, f"the device index is the global rank: {code}", "because")))]
+        return []
     return []
 
 
-# --- every input: tracebacks from the scan windows, stacks from hang dumps ----------------------------
+_ZERO_IN_USE = re.compile(r"ZeRO stage [0-3]\b|zero_optimization|\"stage\":\s*[1-3]\b|zero_stage|deepspeed_stage_[1-3]|"
+                          r"DeepSpeedZeroOptimizer|ZeRO-?(?:Offload|Infinity)|stage3_\w+|--zero[_-]stage|--deepspeed\b|"
+                          r"deepspeed\.initialize|ds_config\w*\.json|DeepSpeedEngine")
 
 
-def evaluate(scans, dumps: dict | None = None) -> list[Verdict]:
-    """Every rule's verdict over the scanned sources; dumps maps a source name to its text when it held stack dumps."""
-    from gpudoctor.engine.structure import parse_tracebacks
+def zero_oom_hint(lines: list[str], file: str, first_line: int) -> Verdict | None:
+    """A CUDA OOM in a run that uses ZeRO, raised somewhere the frames do not show: D16 is possible."""
+    oom = next((i for i, x in enumerate(lines) if _OOM.search(x) and not _FRAMEISH.search(x)), None)
+    if oom is None:
+        return None
+    zero = next((i for i, x in enumerate(lines) if _ZERO_IN_USE.search(x)), None)
+    if zero is None:
+        return None
+    return Verdict("D16", "hint:oom-under-zero", (
+        Evidence(file, first_line + oom, lines[oom], "hint:oom-under-zero"),
+        Evidence(file, first_line + zero, lines[zero], "hint:oom-under-zero")), score=0.6, tier="possible")
 
+
+# --- every input -----------------------------------------------------------------------------------
+
+_TRIGGER = re.compile(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
+MAX_ERRORS = 32  # error lines examined per input
+
+
+def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> list[Verdict]:
+    """Every rule's verdict. texts: the whole text of small inputs; for others, the scanner's windows
+    (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
     verdicts: list[Verdict] = []
-    seen: set[tuple[str, int]] = set()
+    texts = texts or {}
     for _source, scan in scans:
-        for opener, line_no, lines in scan.windows:
-            if opener not in ("traceback", "root-cause"):
-                continue
-            for tb in parse_tracebacks(lines):
-                if not tb.exc_type or tb.exc_type == "Fatal Python error":
-                    continue
-                at = _exception_at(lines, tb)
-                key = (scan.name, line_no + at)
-                if key in seen:
-                    continue
-                seen.add(key)
-                verdicts.extend(traceback_rules(tb, scan.name, line_no + at, lines[at]))
+        whole = texts.get(scan.name)
+        if whole is not None:
+            chunks = [(1, whole.splitlines())]
+        else:
+            chunks = [(line_no, lines) for opener, line_no, lines in scan.windows if opener in ("traceback", "root-cause")]
+        seen = 0
+        if whole is not None:
+            hint = zero_oom_hint(chunks[0][1], scan.name, 1)
+            if hint is not None:
+                verdicts.append(hint)
+        for first, lines in chunks:
+            for at, line in enumerate(lines):
+                if seen < MAX_ERRORS and _TRIGGER.search(line) and not _FRAMEISH.search(line):
+                    seen += 1
+                    verdicts.extend(region_rules(lines, at, scan.name, first))
     if dumps:
         from gpudoctor.engine.hangs import hang_rules
 
@@ -145,21 +176,15 @@ def evaluate(scans, dumps: dict | None = None) -> list[Verdict]:
     return verdicts
 
 
-def _exception_at(lines: list[str], tb) -> int:
-    name = tb.exc_type.rsplit(".", 1)[-1]
-    for i in range(min(tb.end, len(lines)) - 1, tb.start - 1, -1):
-        if name + ":" in lines[i] or lines[i].strip().endswith(name):
-            return i
-    return tb.start
-
-
 def merge(entries: dict, findings: list[Finding], verdicts: list[Verdict]) -> tuple[list[Finding], list[str]]:
     """Findings with the rules folded in (new ones added, evidence joined, ruled-out ones dropped), and notes."""
     by_id = {f.id: f for f in findings}
     notes: list[str] = []
     ruled_out = {v.entry for v in verdicts if v.rule_out}
-    confirmed = {v.entry for v in verdicts if not v.rule_out}
+    confirmed = {v.entry for v in verdicts if not v.rule_out and v.tier == "match"}
     for v in verdicts:
+        if v.tier != "match":
+            continue
         if v.rule_out and v.entry not in confirmed:
             if v.note and v.note not in notes:
                 notes.append(v.note)
