@@ -23,6 +23,10 @@ _BOOKKEEPING = re.compile(
     r"TORCHELASTIC_HEALTH_CHECK_PORT|FAILED with no error file|Decorate your entrypoint|rdzv_configs\s*:"
 )
 _FRAME_LINE = re.compile(r'\s*(?:\[[^\]]{1,40}\]:?\s*)?(?:File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
+# errors of the script or its environment, not of distributed training: a guess from their words stays faint
+_ELSEWHERE = re.compile(r"\b(?:ModuleNotFoundError|ImportError|SyntaxError|IndentationError|NameError|"
+                        r"FileNotFoundError|UnicodeDecodeError|JSONDecodeError|PermissionError|IsADirectoryError)\b|"
+                        r"\bNo module named\b|\bloss (?:is )?nan\b|\bNaN or Inf found\b", re.IGNORECASE)
 _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
 SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
 MAX_QUERIES = 12  # distinct failure lines searched
@@ -30,6 +34,7 @@ MAX_QUERY_CHARS = 400
 MIN_SEARCH = 0.3  # search score below which an entry shares only stray words with the failure
 MIN_SEARCH_PASTED = 0.5  # a pasted line with no failure word must read much like an entry's own words
 SCALE = 0.6  # a possible cause never scores like a confident match
+MIN_POSSIBLE = 0.15  # shown score under which a guess is not worth a reader's time
 LIMIT = 3  # possible causes shown when nothing matched
 LIMIT_BESIDE_MATCH = 2  # shown after confident findings, for failure lines those do not explain
 
@@ -103,13 +108,15 @@ def _exception_line(lines: list[str]) -> int | None:
 
 
 def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
-    """The lines worth searching, each with how much its words count (launcher bookkeeping little)."""
+    """The lines worth searching, each with how much its words count (launcher bookkeeping and errors that
+    distributed training does not cause, little)."""
     from gpudoctor.engine.lines import parse_prefix
 
     weighted = []
     for ev in lines:
         body = parse_prefix(ev.text).body
-        weighted.append((ev, 0.4 if _BOOKKEEPING.search(body) else 1.0))
+        weight = 0.4 if _BOOKKEEPING.search(body) else 0.5 if _ELSEWHERE.search(body) else 1.0
+        weighted.append((ev, weight))
     # the first failures name the cause, the last ones how the run ended; the middle repeats them
     strong = [w for w in weighted if w[1] == 1.0]
     if len(strong) > MAX_QUERIES:
@@ -152,6 +159,7 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
         ranked.append((aggregate([s for s, _ in scores]), eid, [ev for _, ev in scores[:2]]))
     ranked.sort(key=lambda r: (-r[0], r[1]))
     findings = []
+    ranked = [r for r in ranked if r[0] * SCALE >= MIN_POSSIBLE]
     for score, eid, evs in ranked[:limit]:
         entry = entries[eid]
         findings.append(Finding(
