@@ -47,7 +47,8 @@ def hang_rules(dumps: dict) -> list[Verdict]:
     odd = [s for k, g in groups.items() if k not in majority or len(majority) > 1 for s in g]
 
     def ev(s: ProcessStack, why: str, rule: str) -> Evidence:
-        return Evidence(s.file, s.line, f"{s.label} stopped {_where(s)}: {why}", rule)
+        sep = " " if why.startswith(("(", "inside")) else ": "
+        return Evidence(s.file, s.line, f"{s.label} stopped {_where(s)}{sep}{why}", rule)
 
     # one rank (or a few) inside a save/eval/log function while the rest wait in a collective
     gated = [(s, _gated_frame(s)) for s in odd if _gated_frame(s) is not None]
@@ -55,7 +56,9 @@ def hang_rules(dumps: dict) -> list[Verdict]:
         rule = "rule:rank-alone-in-gated-function"
         evidence = []
         for s, frame in gated[:3]:
-            evidence.append(ev(s, f"called from {frame.function} ({frame.file}:{frame.line})", rule))
+            where = f"{frame.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{frame.line}"
+            inside = "" if frame is s.frames[0] else f"inside {frame.function} "
+            evidence.append(ev(s, f"{inside}({where}), a function only rank 0 is meant to run", rule))
         waiting = [s for k in majority for s in groups[k] if s not in (g for g, _ in gated)]
         for s in waiting[:2]:
             evidence.append(ev(s, "waiting for the others", rule))
