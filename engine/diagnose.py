@@ -224,7 +224,7 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
     return (hinted + found)[:limit]
 
 
-STRONG_POSSIBLE = 0.36  # beside a confident finding, only a failure line that reads like the entry's own words
+STRONG_POSSIBLE = 0.5  # beside a confident finding, only a failure line that reads like the entry's own words
 
 
 def _flight_signals(report, dump_names: list[str], signals: dict, verdict: list[str], ranks: list) -> None:

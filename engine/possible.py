@@ -8,11 +8,12 @@ from gpudoctor.engine.findings import Evidence, Finding
 # a line that says something went wrong; the scanner's structural hits (exceptions, NCCL WARN,
 # watchdog and gloo timeouts, signals, lost peers) count without it
 _FAILURE = re.compile(
-    r"\b(?:[A-Za-z]*(?:Error|Exception)|error|ERROR|fail(?:ed|ure|s)?|FAIL(?:ED)?|fatal|FATAL|abort(?:ed|ing)?|"
+    r"\b(?:[A-Za-z]*(?:Error|Exception)|error|ERROR|fail(?:ed|ure|s)|FAIL(?:ED)?|fatal|FATAL|abort(?:ed|ing)?|"
     r"timed out|time ?out|timeout|[Kk]illed|exit ?code|exitcode|return code|refused|denied|invalid|[Uu]nable to|"
     r"[Cc]annot|can't|not found|[Nn]o such|mismatch(?:ed)?|unrecognized|deadlock|WARN|not permitted|"
     r"not supported|[Ee]xpected)\b"
 )
+_COMMAND = re.compile(r"\s*(?:\$|\+|>>>|#|\w+@[\w.-]+:\S*[$#])\s")  # an echoed command line, not its output
 _WARNING = re.compile(r"\b(?:WARNING|Warning|warning|[A-Z]\w*Warning)\b")
 # launcher bookkeeping around a failure: it proves there was one but says nothing about which
 _BOOKKEEPING = re.compile(
@@ -32,7 +33,7 @@ SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every 
 MAX_QUERIES = 12  # distinct failure lines searched
 MAX_QUERY_CHARS = 400
 MIN_SEARCH = 0.3  # search score below which an entry shares only stray words with the failure
-MIN_SEARCH_PASTED = 0.5  # a pasted line with no failure word must read much like an entry's own words
+MIN_SEARCH_PASTED = 0.6  # a pasted line with no failure word must read much like an entry's own words
 SCALE = 0.6  # a possible cause never scores like a confident match
 MIN_POSSIBLE = 0.15  # shown score under which a guess is not worth a reader's time
 LIMIT = 3  # possible causes shown when nothing matched
@@ -68,10 +69,10 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
                 if _FRAME_LINE.match(text) or ('File "' in text and _FRAME_LINE.search(text)):
                     after_frame = True
                     continue
-                if _FAILURE.search(text) or _WARNING.search(text):
+                if (_FAILURE.search(text) or _WARNING.search(text)) and not _COMMAND.match(text):
                     found[(name, line_no)] = text
         for line_no, text in scan.tail:
-            if _FAILURE.search(text):
+            if _FAILURE.search(text) and not _COMMAND.match(text):
                 found[(name, line_no)] = text
             elif short:
                 pasted[(name, line_no)] = text
