@@ -180,10 +180,20 @@ class _Capture:
         return data
 
     def readinto(self, buffer) -> int:
-        view = memoryview(buffer)
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
+        inner = getattr(self.stream, "readinto", None)
+        if inner is None:
+            view = memoryview(buffer)
+            data = self.read(len(view))
+            view[: len(data)] = data
+            return len(data)
+        n = inner(buffer) or 0
+        if n and not self.over:
+            self.size += n
+            if self.size > self.LIMIT:
+                self.over, self.parts = True, []
+            else:
+                self.parts.append(bytes(memoryview(buffer)[:n]))
+        return n
 
     def __getattr__(self, name):
         return getattr(self.stream, name)

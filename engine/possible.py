@@ -51,6 +51,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
     index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
     found: dict[tuple[str, int], str] = {}
     pasted: dict[tuple[str, int], str] = {}  # lines of a short paste that name no failure themselves
+    seen_shapes: set[str] = set()
     for source, scan in scans:
         name = scan.name
         for struct in _STRUCT_FAILURES:
@@ -61,16 +62,8 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
         short = 0 < scan.lines <= SHORT_INPUT
         whole = (texts or {}).get(name)
         if whole is not None:
-            after_frame = False
-            for line_no, text in enumerate(whole.splitlines(), 1):
-                if after_frame:  # the code line Python prints under a frame: the user's source, not a message
-                    after_frame = False
-                    continue
-                if _FRAME_LINE.match(text) or ('File "' in text and _FRAME_LINE.search(text)):
-                    after_frame = True
-                    continue
-                if (_FAILURE.search(text) or _WARNING.search(text)) and not _COMMAND.match(text):
-                    found[(name, line_no)] = text
+            for line_no, text in _failure_lines_in(whole, seen_shapes):
+                found[(name, line_no)] = text
         for line_no, text in scan.tail:
             if _FAILURE.search(text) and not _COMMAND.match(text):
                 found[(name, line_no)] = text
@@ -93,6 +86,55 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
         seen.add(key)
         out.append(Evidence(file, line, text, kind))
     return out
+
+
+# every failure-looking line contains one of these (lower-cased); str.find over the text is far faster than a regex
+_LITERALS = ("error", "exception", "fail", "fatal", "abort", "timed out", "timeout", "time out", "killed", "exit code",
+             "exitcode", "return code", "refused", "denied", "invalid", "unable to", "cannot", "can't", "not found",
+             "no such", "mismatch", "unrecognized", "deadlock", "warn", "not permitted", "not supported", "expected")
+_DIGITS = re.compile(r"\d+")
+MAX_SHAPES = 4000  # distinct failure-line shapes kept per run (a log that warns on every step repeats itself)
+MAX_CANDIDATES = 200_000  # literal hits looked at per text
+
+
+def _candidate_starts(text: str) -> list[int]:
+    """Start offsets of the lines that hold a failure literal, in order."""
+    lower = text.lower()
+    starts: set[int] = set()
+    for word in _LITERALS:
+        at = lower.find(word)
+        while at >= 0 and len(starts) < MAX_CANDIDATES:
+            start = lower.rfind("\n", 0, at) + 1
+            starts.add(start)
+            end = lower.find("\n", at)
+            if end < 0:
+                break
+            at = lower.find(word, end)
+    return sorted(starts)
+
+
+def _failure_lines_in(text: str, shapes: set[str]):
+    """(line number, line) of each failure-looking line of a whole text, one per shape (digits aside), skipping
+    traceback frames, the code lines under them and echoed commands."""
+    line_no, counted = 1, 0
+    for start in _candidate_starts(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end].rstrip("\r")
+        line_no += text.count("\n", counted, start)
+        counted = start
+        shape = _DIGITS.sub("0", line[:200])
+        if shape in shapes:
+            continue
+        if not (_FAILURE.search(line) or _WARNING.search(line)) or _COMMAND.match(line) or _FRAME_LINE.match(line):
+            continue
+        if start:
+            prev = text[text.rfind("\n", 0, start - 1) + 1: start - 1]
+            if _FRAME_LINE.match(prev):
+                continue  # the code line Python prints under a frame: the user's source, not a message
+        if len(shapes) < MAX_SHAPES:
+            shapes.add(shape)
+        yield line_no, line
 
 
 def _exception_line(lines: list[str]) -> int | None:

@@ -156,11 +156,11 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     for _source, scan in scans:
         whole = texts.get(scan.name)
         if whole is not None:
-            chunks = [(1, whole.splitlines())]
+            chunks = [(1, whole.splitlines())] if _TRIGGER.search(whole) else []
         else:
             chunks = [(line_no, lines) for opener, line_no, lines in scan.windows if opener in ("traceback", "root-cause")]
         seen = 0
-        if whole is not None:
+        if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)
             if hint is not None:
                 verdicts.append(hint)
