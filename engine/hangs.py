@@ -7,7 +7,7 @@ from gpudoctor.engine.stacks import ProcessStack, collective_of, parse_stacks
 
 
 def _user(frame) -> bool:
-    from gpudoctor.engine.structure import is_user_path
+    from gpudoctor.engine.layout import is_user_path
 
     return is_user_path(frame.file)
 

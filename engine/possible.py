@@ -45,7 +45,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
 
     texts: the whole text of inputs small enough to keep; their every line is read, others only through
     the scanner's structural hits, its traceback windows and the last lines."""
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.layout import parse_prefix
     from gpudoctor.engine.patterns import STRUCT
 
     index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
@@ -138,7 +138,7 @@ def _failure_lines_in(text: str, shapes: set[str]):
 
 
 def _exception_line(lines: list[str]) -> int | None:
-    from gpudoctor.engine.structure import parse_tracebacks
+    from gpudoctor.engine.layout import parse_tracebacks
 
     for tb in parse_tracebacks(lines)[:1]:
         name = tb.exc_type.rsplit(".", 1)[-1]
@@ -153,7 +153,7 @@ def _exception_line(lines: list[str]) -> int | None:
 def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
     """The lines worth searching, each with how much its words count (launcher bookkeeping and errors that
     distributed training does not cause, little)."""
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.layout import parse_prefix
 
     weighted = []
     for ev in lines:
@@ -176,7 +176,7 @@ def aggregate(scores: list[float]) -> float:
 def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: int = LIMIT) -> list[Finding]:
     """Entries whose error strings and symptoms read most like the failure lines, as tier "possible"."""
     from gpudoctor.engine.errcodes import explain
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.layout import parse_prefix
 
     if not lines:
         return []

@@ -37,7 +37,7 @@ def looks_like_dump(data: str) -> bool:
 
 def parse_stacks(text: str, name: str, rank_hint: int | None = None) -> list[ProcessStack]:
     """One stack per process in a dump: the thread stopped in a collective if any, else the main thread."""
-    from gpudoctor.engine.lines import parse_prefix
+    from gpudoctor.engine.layout import parse_prefix
 
     processes: list[dict] = []  # {"key", "rank", "threads": [(line, is_main, [frames])]}
     current = None

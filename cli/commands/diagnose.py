@@ -128,11 +128,14 @@ def run(args, out) -> int:
             progress.close()
     if all(i.bytes == 0 for i in result.inputs if i.kind == "log") and not any(i.kind == "flight" for i in result.inputs):
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
+    from dataclasses import replace
+
+    # --top applies to each tier: N confident findings, then at most N possible causes
     matches = [f for f in result.findings if getattr(f, "tier", "match") == "match"][: args.top]
     possible = [f for f in result.findings if getattr(f, "tier", "match") != "match"][: args.top]
-    result.findings = matches + possible
+    result = replace(result, findings=matches + possible)
     if args.probe and matches:
-        result.probe_results = _run_probes(matches, args.err)
+        result = replace(result, probe_results=_run_probes(matches, args.err))
     if fmt == "json":
         from gpudoctor.report import to_json
 
