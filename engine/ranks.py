@@ -49,7 +49,10 @@ def is_rank0_branch(source: str | None) -> bool:
     """Whether a source line guards what follows with a rank-0 test."""
     return bool(source) and bool(_RANK0_BRANCH.search(source))
 SIGNALS = ("collective-timeout", "lost-peer", "rank-failed-first", "ranks-in-different-collectives",
-           "collective-in-gated-path")
+           "collective-in-gated-path", "rank-left-loop-early")
+# what a training step blocks in: a rank that timed out here was still training
+_STEP_COLLECTIVES = {"backward", "all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather",
+                     "all_gather_into_tensor", "broadcast"}
 
 
 @dataclass
@@ -330,6 +333,34 @@ def _derive(state: _State) -> None:
                 ev = caller or r.first_error
                 if ev is not None:
                     state.signal("collective-in-gated-path", ev.file, Hit(ev.line, ev.text))
+
+    _left_loop_early(state)
+
+
+def _left_loop_early(state: _State) -> None:
+    """A rank left the training loop while the others timed out inside a step: its log ends without an error
+    of its own, or it waits in a collective (a barrier, say) that the step does not call."""
+    reports = list(state.reports.values())
+    in_step = [r for r in reports if r.error_kind == "timeout" and r.blocked_in in _STEP_COLLECTIVES]
+    if not in_step or any(r.error_kind == "crash" for r in reports):
+        return  # nobody was caught inside a step, or a rank's own crash explains the wait
+    steps = {r.blocked_in for r in in_step}
+    left = []
+    for r in reports:
+        if r in in_step or r.status == "missing":
+            continue
+        silent = r.error_kind is None and r.sources and r.last_line is not None and r.init_complete is not False
+        elsewhere = r.blocked_in is not None and r.blocked_in not in steps and r.blocked_in in _COLLECTIVES
+        if silent or elsewhere:
+            left.append((r, r.blocked_from or r.first_error if elsewhere else r.last_line))
+    if not left or len(left) >= len(reports):
+        return
+    for r, ev in left[:3]:
+        if ev is not None:
+            state.signal("rank-left-loop-early", ev.file, Hit(ev.line, ev.text))
+    ev = in_step[0].first_error
+    if ev is not None:
+        state.signal("rank-left-loop-early", ev.file, Hit(ev.line, ev.text))
 
 
 def _earliest(ranks: list[RankReport]) -> RankReport:

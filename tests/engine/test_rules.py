@@ -317,3 +317,16 @@ def test_odd_rank_out_counts_as_gated_only_for_rank0_only_functions(catalog, cal
     signals = _signals(catalog, text)
     assert signals.get("ranks-in-different-collectives")
     assert bool(signals.get("collective-in-gated-path")) is gated
+
+
+def test_a_rank_waiting_outside_the_step_while_another_timed_out_inside_it_left_the_loop(catalog):
+    # rank 1 timed out in the step's all_reduce; rank 0 had left the loop and waits in the final barrier
+    text = _rank_tb(1, "train_step", "all_reduce") + _rank_tb(0, "main", "barrier")
+    assert _signals(catalog, text).get("rank-left-loop-early")
+    # every rank inside the step: nobody left
+    text = _rank_tb(1, "train_step", "all_reduce") + _rank_tb(0, "train_step", "all_reduce")
+    assert not _signals(catalog, text).get("rank-left-loop-early")
+    # a rank's own crash explains the wait instead
+    crash = "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/work/train.py\", line 9, in main\n" \
+            "[rank0]:     x = batch[7]\n[rank0]: IndexError: list index out of range\n"
+    assert not _signals(catalog, _rank_tb(1, "train_step", "all_reduce") + crash).get("rank-left-loop-early")
