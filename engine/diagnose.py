@@ -148,13 +148,14 @@ def diagnose(
     if not all((f, h.line_no) in explained for f, h in signals.get("rank-failed-first", [])):
         add_signal("rank-failed-first")
     findings = build_findings(entries, matched)
+    weak = _weak_signatures(entries, matched, {f.id for f in findings})
     from gpudoctor.engine.rules import annotate, evaluate, merge
 
     verdicts = evaluate(scans, texts, dumps_text)
     findings, rule_notes = merge(entries, findings, verdicts)
     ruled_out = {v.entry for v in verdicts if v.rule_out} - {v.entry for v in verdicts if not v.rule_out}
     hints = [v for v in verdicts if v.tier == "possible" and v.entry not in ruled_out]
-    findings += _possible(catalog, scans, patterns, findings, ruled_out, texts, hints)
+    findings += _possible(catalog, scans, patterns, findings, ruled_out, texts, hints, weak)
     findings = annotate(findings)
     notes = rule_notes + [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
@@ -210,8 +211,24 @@ def _hint_of(source: Source, per_rank_files: bool) -> int | None:
     return source.rank_hint if source.rank_hint is not None else source.local_rank_hint
 
 
+def _weak_signatures(entries: dict, matched: dict, reported: set[str]) -> dict:
+    """Entries whose signatures fired too weakly to report: id -> (score, evidence), for the possible tier."""
+    from gpudoctor.engine.findings import Evidence, score_entry
+
+    weak = {}
+    for eid, sigs in matched.items():
+        entry = entries.get(eid)
+        if entry is None or eid in reported:
+            continue
+        score, used = score_entry(entry, sigs)
+        if score > 0:
+            lines = [Evidence(f, h.line_no, h.text, sid) for sid in used for f, h in sigs[sid].lines[:1]]
+            weak[eid] = (score, tuple(lines))
+    return weak
+
+
 def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str], texts: dict,
-              hints: list) -> list[Finding]:
+              hints: list, weak: dict) -> list[Finding]:
     """Possible causes for a log that shows a failure: all of them when nothing matched, a strong few beside matches."""
     from gpudoctor.engine.possible import LIMIT, LIMIT_BESIDE_MATCH, failure_lines, possible_findings
 
@@ -225,10 +242,10 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
                                   fix=entry.fix_summary, probes=entry.probes, signatures=(v.rule,), tier="possible"))
     lines = failure_lines(scans, patterns, texts)
     if not lines and not hinted:
-        return []
+        return []  # a weak signature alone, with no failure in sight, is no reason to guess
     matched |= {h.id for h in hinted}
     limit = LIMIT if not findings else LIMIT_BESIDE_MATCH
-    found = possible_findings(catalog, lines, matched, limit) if lines else []
+    found = possible_findings(catalog, lines, matched, limit, weak if not findings else None) if lines else []
     if findings:
         found = [f for f in found if f.score >= STRONG_POSSIBLE]
     return (hinted + found)[:limit]

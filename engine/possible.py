@@ -173,8 +173,14 @@ def aggregate(scores: list[float]) -> float:
     return scores[0] + 0.5 * sum(scores[1:2]) + 0.25 * sum(scores[2:3])
 
 
-def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: int = LIMIT) -> list[Finding]:
-    """Entries whose error strings and symptoms read most like the failure lines, as tier "possible"."""
+PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
+
+
+def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: int = LIMIT,
+                      prior: dict | None = None) -> list[Finding]:
+    """Entries whose error strings and symptoms read most like the failure lines, as tier "possible".
+
+    prior: entry id -> (score, evidence) of signatures that fired too weakly to report; they add to the words."""
     from gpudoctor.engine.errcodes import explain
     from gpudoctor.engine.layout import parse_prefix
 
@@ -194,12 +200,19 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
                 continue
             best.setdefault(hit.id, []).append((hit.score * weight, ev))
     ranked = []
+    prior = prior or {}
+    for eid in prior:
+        best.setdefault(eid, [])
     for eid, scores in best.items():
         entry = entries.get(eid)
         if entry is None or eid in exclude or entry.section == "guides":
             continue
         scores.sort(key=lambda s: -s[0])
-        ranked.append((aggregate([s for s, _ in scores]), eid, [ev for _, ev in scores[:2]]))
+        weak, weak_evidence = prior.get(eid, (0.0, ()))
+        standing = (aggregate([s for s, _ in scores]) if scores else 0.0) + PRIOR_GAIN * weak
+        evidence = [ev for _, ev in scores[:2]] or list(weak_evidence)[:2]
+        if evidence:
+            ranked.append((standing, eid, evidence))
     ranked.sort(key=lambda r: (-r[0], r[1]))
     findings = []
     ranked = [r for r in ranked if r[0] * SCALE >= MIN_POSSIBLE]
