@@ -142,6 +142,26 @@ def zero_oom_hint(lines: list[str], file: str, first_line: int) -> Verdict | Non
         Evidence(file, first_line + zero, lines[zero], "hint:oom-under-zero")), score=0.6, tier="possible")
 
 
+def interface_rule(text: str, file: str) -> list[Verdict]:
+    """NCCL told to use loopback or a container/tunnel interface: MN2 when NCCL's lines come from two or more hosts,
+    a possible MN2 otherwise (one host's log of a multi-node job cannot show the others)."""
+    from gpudoctor.engine.netif import hosts, interface_choices, unreachable
+
+    bad = [(ev, [n for n in names if unreachable(n)]) for ev, names in interface_choices(text, file)]
+    bad = [(ev, names) for ev, names in bad if names]
+    if not bad:
+        return []
+    seen_hosts = hosts(text)
+    ev, names = bad[0]
+    why = Evidence(ev.file, ev.line, f"{', '.join(dict.fromkeys(names))}: loopback or a virtual device that other "
+                                     f"nodes cannot reach" + (f"; NCCL lines come from {len(seen_hosts)} hosts"
+                                                               if len(seen_hosts) > 1 else ""), "because")
+    evidence = tuple(e for e, _ in bad[:3]) + (why,)
+    if len(seen_hosts) > 1:
+        return [Verdict("MN2", "rule:nccl-unreachable-interface", evidence, score=0.85)]
+    return [Verdict("MN2", "hint:nccl-unreachable-interface", evidence, score=0.5, tier="possible")]
+
+
 # --- every input -----------------------------------------------------------------------------------
 
 _TRIGGER = re.compile(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
@@ -159,6 +179,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             chunks = [(1, whole.splitlines())] if _TRIGGER.search(whole) else []
         else:
             chunks = [(line_no, lines) for opener, line_no, lines in scan.windows if opener in ("traceback", "root-cause")]
+        if whole is not None:
+            verdicts.extend(interface_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

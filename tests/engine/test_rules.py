@@ -330,3 +330,30 @@ def test_a_rank_waiting_outside_the_step_while_another_timed_out_inside_it_left_
     crash = "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/work/train.py\", line 9, in main\n" \
             "[rank0]:     x = batch[7]\n[rank0]: IndexError: list index out of range\n"
     assert not _signals(catalog, _rank_tb(1, "train_step", "all_reduce") + crash).get("rank-left-loop-early")
+
+
+def test_nccl_on_loopback_across_two_hosts_is_mn2(catalog):
+    # horovod/horovod #789: NCCL picked lo next to eth0 on two containers
+    d = diagnose(catalog, resolve([str(LOGS / "MN2" / "horovod-789-nccl-uses-lo-connect-refused.log")]))
+    assert matches(d)[:1] == ["MN2"]
+    assert any(e.signature == "because" and e.text.startswith("lo:") and "2 hosts" in e.text
+               for e in d.findings[0].evidence)
+
+
+def _nccl_lines(hosts_and_ifaces) -> str:
+    return "".join(f"{h}:{100 + i}:{200 + i} [0] NCCL INFO NET/Socket : Using [0]{iface}<0>\n"
+                   f"{h}:{100 + i}:{200 + i} [0] NCCL INFO comm 0x5 rank {i} nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+                   for i, (h, iface) in enumerate(hosts_and_ifaces))
+
+
+def test_one_host_on_docker0_is_only_a_possible_mn2_and_real_nics_are_nothing():
+    from gpudoctor.engine.rules import interface_rule
+
+    one = interface_rule(_nccl_lines([("node1", "docker0:172.17.0.2")]), "job.log")
+    assert [(v.entry, v.tier) for v in one] == [("MN2", "possible")]
+    two = interface_rule(_nccl_lines([("node1", "docker0:172.17.0.2"), ("node2", "veth9:172.17.0.3")]), "job.log")
+    assert [(v.entry, v.tier) for v in two] == [("MN2", "match")]
+    assert interface_rule(_nccl_lines([("node1", "eth0:10.0.0.1"), ("node2", "ib0:10.1.0.2")]), "job.log") == []
+    old_style = "n1:1:2 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>\nn2:1:2 [0] NCCL INFO NET : Using " \
+                "interface lo:127.0.0.1<0>\n"
+    assert [(v.entry, v.tier) for v in interface_rule(old_style, "job.log")] == [("MN2", "match")]
