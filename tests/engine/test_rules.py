@@ -357,3 +357,37 @@ def test_one_host_on_docker0_is_only_a_possible_mn2_and_real_nics_are_nothing():
     old_style = "n1:1:2 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>\nn2:1:2 [0] NCCL INFO NET : Using " \
                 "interface lo:127.0.0.1<0>\n"
     assert [(v.entry, v.tier) for v in interface_rule(old_style, "job.log")] == [("MN2", "match")]
+
+
+# `py-spy dump --pid` of two ranks, one after the other in one file (py-spy 0.3 prints innermost frame first,
+# "function (file:line)"; the process line carries the launcher's --local_rank)
+PYSPY = """Process 4242: /usr/bin/python3 train.py --local_rank=0
+Python v3.10.12 (/usr/bin/python3.10)
+
+Thread 4242 (idle): "MainThread"
+    all_gather_object (torch/distributed/distributed_c10d.py:2441)
+    wrapper (torch/distributed/c10d_logger.py:75)
+    save_checkpoint (train.py:52)
+    main (train.py:101)
+    <module> (train.py:120)
+Thread 4300 (idle): "Thread-1 (_pin_memory_loop)"
+    select (selectors.py:416)
+Process 4243: /usr/bin/python3 train.py --local_rank=1
+Python v3.10.12 (/usr/bin/python3.10)
+
+Thread 4243 (idle): "MainThread"
+    barrier (torch/distributed/distributed_c10d.py:3439)
+    wrapper (torch/distributed/c10d_logger.py:75)
+    main (train.py:104)
+    <module> (train.py:120)
+"""
+
+
+def test_py_spy_dumps_of_two_ranks(catalog):
+    from gpudoctor.engine.stacks import collective_of, parse_stacks
+
+    stacks = parse_stacks(PYSPY, "dump.txt")
+    assert [(s.rank, collective_of(s.frames)) for s in stacks] == [(0, "all_gather_object"), (1, "barrier")]
+    d = run(catalog, PYSPY)
+    assert matches(d)[:1] == ["D21"]
+    assert "inside save_checkpoint" in d.findings[0].evidence[0].text
