@@ -14,7 +14,7 @@ def _user(frame) -> bool:
 
 def _gated_frame(stack: ProcessStack):
     """The user frame whose function only one rank should run (save, evaluate, log metrics), innermost first."""
-    from gpudoctor.engine.ranks import is_gated_function
+    from gpudoctor.engine.gating import is_gated_function
 
     for frame in stack.frames:
         if is_gated_function(frame.function) and (_user(frame) or "lightning" in frame.file

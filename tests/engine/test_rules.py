@@ -12,7 +12,7 @@ import pytest
 
 from gpudoctor.engine.diagnose import diagnose
 from gpudoctor.engine.errcodes import explain
-from gpudoctor.engine.ranks import is_gated_function, is_rank0_branch
+from gpudoctor.engine.gating import is_gated_function, is_rank0_branch
 from gpudoctor.engine.sources import Source, resolve
 from gpudoctor.kb.catalog import load_catalog
 
