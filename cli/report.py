@@ -115,7 +115,7 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
         out.write("Try: gpudoctor search \"<first error line>\", or add your own runbook with --kb.")
     elif not matches:
         out.write("")
-        out.write("These are guesses from the words of the failure lines: no signature fired.")
+        out.write("These are guesses from the failure lines and their context: no signature fired.")
         out.write("Read the entries (gpudoctor show ID) and check them against the log.")
 
 
