@@ -37,7 +37,7 @@ MIN_SEARCH_PASTED = 0.6  # a pasted line with no failure word must read much lik
 SCALE = 0.6  # a possible cause never scores like a confident match
 MIN_POSSIBLE = 0.15  # shown score under which a guess is not worth a reader's time
 LIMIT = 3  # possible causes shown when nothing matched
-LIMIT_BESIDE_MATCH = 2  # shown after confident findings, for failure lines those do not explain
+LIMIT_BESIDE_MATCH = 2  # shown after confident findings: only guesses that read almost word for word
 
 
 def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:

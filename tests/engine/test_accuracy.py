@@ -108,3 +108,14 @@ def test_bench_hides_sealed_rows_unless_asked(tmp_path, monkeypatch, capsys):
     bench.main(["--json"])
     doc = json.loads(capsys.readouterr().out)
     assert "rows" in doc["dev"] and "rows" not in doc["sealed"] and doc["sealed"]["top1"] == 0.5
+
+
+def test_keyword_baseline_searches_the_last_five_error_looking_lines(tmp_path):
+    bench = _bench()
+    log = tmp_path / "job.log"
+    lines = ["step 1 loss 2.0", "RuntimeError: first", "info line", "WARNING: second", "ERROR third", "x failed fourth",
+             "Traceback (most recent call last):", "ValueError: sixth", "step 2 loss 1.0", "ValueError: sixth"]
+    log.write_text("\n".join(lines) + "\n")
+    query = bench.baseline_query(log).splitlines()
+    assert query == ["WARNING: second", "ERROR third", "x failed fourth", "Traceback (most recent call last):",
+                     "ValueError: sixth"]
