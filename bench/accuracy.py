@@ -1,64 +1,232 @@
-"""Accuracy of `gpudoctor diagnose` on the evaluation set in tests/data/logs/manifest.yaml.
+"""Accuracy of `gpudoctor diagnose` on the development set and the sealed set, beside a keyword-search baseline.
 
-Prints top-1 and top-3 accuracy over the positives and the false-alarm rate over the negatives.
-Targets (issue 3): top-1 >= 90%, top-3 >= 98%, false alarms <= 10%. Exit 1 when a target is missed.
+Development set: tests/data/logs/manifest.yaml. Sealed set: every tests/data/sealed/manifest*.yaml (paths
+relative to tests/data/sealed/); it is measured, never read while writing signatures, and its per-log
+results are printed only with --show-sealed.
+
+Figures per set: top-1 (the first confident match is the expected entry), top-3 (the expected entry among
+the first three findings, confident or possible), negatives without a confident match, the possible
+tier's top-3 on positives where no signature or rule fired (and on every positive with all signatures
+switched off, to see the fall-back alone), and the keyword baseline measured in the same run: `gpudoctor search` over each log's last five error-looking lines, top-1 and top-3.
+Issue 8 targets (sealed set): top-1 >= 90%, top-3 >= 97%, negatives >= 90%, possible top-3 >= 80%,
+top-1 at least 20 points above the baseline.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOGS = ROOT / "tests" / "data" / "logs"
+DEV = ROOT / "tests" / "data" / "logs"
+SEALED = ROOT / "tests" / "data" / "sealed"
+FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
+BASELINE_LINES = 5
+# what a user would pick out of a log as "the error lines" to paste into a search box
+_ERRORISH = re.compile(r"error|exception|fail|fatal|abort|timed? ?out|killed|refused|denied|invalid|unable|cannot|"
+                       r"not found|mismatch|WARN|Traceback|signal|exit ?code", re.IGNORECASE)
 
 
-def evaluate(use_hyperscan: bool = True) -> dict:
+def load_cases(base: Path, pattern: str) -> list[dict]:
+    """The manifest entries under base (every file matching pattern), each with its absolute path."""
     import yaml
 
+    cases = []
+    for manifest in sorted(base.glob(pattern)) if base.is_dir() else []:
+        for case in yaml.safe_load(manifest.read_text()) or []:
+            case = dict(case)
+            case["abs"] = base / case["path"]
+            case["framework"] = case.get("framework") or "pytorch"
+            cases.append(case)
+    return cases
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    return [path]
+
+
+def _read_lines(path: Path) -> list[str]:
+    lines: list[str] = []
+    for f in _files(path):
+        data = f.read_bytes()
+        if data[:2] == b"\x1f\x8b":
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError):
+                continue
+        lines.extend(data.decode("utf-8", "replace").splitlines())
+    return lines
+
+
+def baseline_query(path: Path) -> str:
+    """The last five distinct error-looking lines of a log, as one search query."""
+    picked: list[str] = []
+    for line in reversed(_read_lines(path)):
+        text = " ".join(line.split())
+        if text and _ERRORISH.search(text) and text not in picked:
+            picked.append(text[:300])
+            if len(picked) == BASELINE_LINES:
+                break
+    return "\n".join(reversed(picked))
+
+
+def evaluate_cases(cases: list[dict], catalog=None, use_hyperscan: bool = True) -> dict:
     from gpudoctor.engine.diagnose import diagnose
     from gpudoctor.engine.sources import resolve
-    from gpudoctor.kb.catalog import load_catalog
 
-    catalog = load_catalog(use_cache=False)
-    cases = yaml.safe_load((LOGS / "manifest.yaml").read_text())
+    if catalog is None:
+        from gpudoctor.kb.catalog import load_catalog
+
+        catalog = load_catalog(use_cache=False)
+    index = catalog.search_index()
+    bare = _without_signatures(catalog)
     rows = []
     for case in cases:
-        path = LOGS / case["path"]
-        result = diagnose(catalog, resolve([str(path)]), engine=None if use_hyperscan else "python")
-        ids = [f.id for f in result.findings]
-        rows.append({"path": case["path"], "expect": case.get("expect"), "got": ids[:3]})
-    positives = [r for r in rows if r["expect"]]
-    negatives = [r for r in rows if not r["expect"]]
-    top1 = sum(1 for r in positives if r["got"][:1] == [r["expect"]])
-    top3 = sum(1 for r in positives if r["expect"] in r["got"][:3])
-    alarms = sum(1 for r in negatives if r["got"])
+        result = diagnose(catalog, resolve([str(case["abs"])]), engine=None if use_hyperscan else "python")
+        matches = [f.id for f in result.findings if getattr(f, "tier", "match") == "match"]
+        possible = [f.id for f in result.findings if getattr(f, "tier", "match") == "possible"]
+        alone = [f.id for f in diagnose(bare, resolve([str(case["abs"])]), engine="python").findings
+                 if getattr(f, "tier", "match") == "possible"]
+        query = baseline_query(case["abs"])
+        keyword = [h.id for h in index.search(query, limit=3)] if query else []
+        rows.append({"path": case["path"], "expect": case.get("expect"), "framework": case["framework"],
+                     "matches": matches[:3], "possible": possible[:3], "ranked": (matches + possible)[:3],
+                     "baseline": keyword, "possible_alone": alone[:3]})
+    return summarize(rows)
+
+
+def _without_signatures(catalog):
+    """The same catalogue with no signatures: what the possible tier alone makes of a log."""
+    from dataclasses import replace
+
+    from gpudoctor.kb.catalog import Catalog
+
+    bare = Catalog({eid: replace(e, signatures=()) for eid, e in catalog.entries.items()})
+    bare.index = catalog.search_index()
+    return bare
+
+
+def _rate(hits: int, total: int) -> float | None:
+    return hits / total if total else None
+
+
+def summarize(rows: list[dict]) -> dict:
+    pos = [r for r in rows if r["expect"]]
+    neg = [r for r in rows if not r["expect"]]
+    unmatched = [r for r in pos if not r["matches"]]
+    figures = {
+        "logs": len(rows), "positives": len(pos), "negatives": len(neg),
+        "top1": _rate(sum(r["matches"][:1] == [r["expect"]] for r in pos), len(pos)),
+        "top3": _rate(sum(r["expect"] in r["ranked"] for r in pos), len(pos)),
+        "negatives_clean": _rate(sum(not r["matches"] for r in neg), len(neg)),
+        "unmatched_positives": len(unmatched),
+        "possible_top3": _rate(sum(r["expect"] in r["possible"] for r in unmatched), len(unmatched)),
+        "possible_alone_top3": _rate(sum(r["expect"] in r["possible_alone"] for r in pos), len(pos)),
+        "baseline_top1": _rate(sum(r["baseline"][:1] == [r["expect"]] for r in pos), len(pos)),
+        "baseline_top3": _rate(sum(r["expect"] in r["baseline"] for r in pos), len(pos)),
+    }
+    by_fw = {}
+    for fw in sorted({r["framework"] for r in rows}, key=lambda f: (FRAMEWORKS + (f,)).index(f)):
+        sub = [r for r in rows if r["framework"] == fw]
+        by_fw[fw] = summarize_flat(sub)
+    figures["by_framework"] = by_fw
+    figures["rows"] = rows
+    return figures
+
+
+def summarize_flat(rows: list[dict]) -> dict:
+    pos = [r for r in rows if r["expect"]]
+    neg = [r for r in rows if not r["expect"]]
     return {
-        "rows": rows,
-        "positives": len(positives),
-        "negatives": len(negatives),
-        "top1": top1 / len(positives) if positives else 0.0,
-        "top3": top3 / len(positives) if positives else 0.0,
-        "false_alarms": alarms / len(negatives) if negatives else 0.0,
+        "positives": len(pos), "negatives": len(neg),
+        "top1": _rate(sum(r["matches"][:1] == [r["expect"]] for r in pos), len(pos)),
+        "top3": _rate(sum(r["expect"] in r["ranked"] for r in pos), len(pos)),
+        "negatives_clean": _rate(sum(not r["matches"] for r in neg), len(neg)),
+        "baseline_top1": _rate(sum(r["baseline"][:1] == [r["expect"]] for r in pos), len(pos)),
     }
 
 
-def main() -> int:
+def evaluate(use_hyperscan: bool = True) -> dict:
+    """The development set's figures (what tests/engine/test_accuracy.py holds a floor under)."""
+    return evaluate_cases(load_cases(DEV, "manifest.yaml"), use_hyperscan=use_hyperscan)
+
+
+def _pct(value: float | None) -> str:
+    return "   -  " if value is None else f"{value:6.1%}"
+
+
+def _ok(row: dict) -> bool:
+    return row["matches"][:1] == [row["expect"]] if row["expect"] else not row["matches"]
+
+
+def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
+    names = list(sets)
+    lines = []
+    for name in names:
+        if (verbose and name == "dev") or (show_sealed and name != "dev"):
+            for r in sets[name]["rows"]:
+                if _ok(r):
+                    continue
+                got = ", ".join(r["matches"]) or "-"
+                maybe = ", ".join(r["possible"]) or "-"
+                lines.append(f"MISS [{name}] {r['path']:<58} expect {r['expect'] or '-':<5} match {got:<12} "
+                             f"possible {maybe}")
+    if lines:
+        lines.append("")
+    head = f"{'':<36}" + "".join(f"{n:>10}" for n in names)
+    lines.append(head)
+    rows = [
+        ("logs (positives / negatives)", lambda s: f"{s['positives']}/{s['negatives']}"),
+        ("top-1, confident match", lambda s: _pct(s["top1"])),
+        ("top-3, match or possible", lambda s: _pct(s["top3"])),
+        ("negatives w/o a confident match", lambda s: _pct(s["negatives_clean"])),
+        ("possible top-3, no match fired", lambda s: _pct(s["possible_top3"]) + f" /{s['unmatched_positives']}"),
+        ("possible tier alone top-3 (no sigs)", lambda s: _pct(s["possible_alone_top3"])),
+        ("keyword baseline top-1", lambda s: _pct(s["baseline_top1"])),
+        ("keyword baseline top-3", lambda s: _pct(s["baseline_top3"])),
+    ]
+    for label, fn in rows:
+        lines.append(f"{label:<36}" + "".join(f"{fn(sets[n]):>10}" for n in names))
+    for name in names:
+        lines.append("")
+        lines.append(f"by framework ({name})       logs   top-1   top-3   neg ok   baseline top-1")
+        for fw, s in sets[name]["by_framework"].items():
+            lines.append(f"  {fw:<22} {s['positives']:>3}/{s['negatives']:<3} {_pct(s['top1'])}  {_pct(s['top3'])}  "
+                         f"{_pct(s['negatives_clean'])}   {_pct(s['baseline_top1'])}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-hyperscan", action="store_true", help="evaluate the pure-Python matcher")
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every case")
-    args = parser.parse_args()
-    res = evaluate(use_hyperscan=not args.no_hyperscan)
-    for r in res["rows"]:
-        ok = (r["got"][:1] == [r["expect"]]) if r["expect"] else not r["got"]
-        if args.verbose or not ok:
-            mark = "ok  " if ok else "MISS"
-            print(f"{mark} {r['path']:<60} expect {r['expect'] or '-':<5} got {', '.join(r['got']) or '-'}")
-    print(f"positives {res['positives']}, negatives {res['negatives']}")
-    print(f"top-1 {res['top1']:.1%} (target >= 90%)   top-3 {res['top3']:.1%} (target >= 98%)   "
-          f"false alarms {res['false_alarms']:.1%} (target <= 10%)")
-    good = res["top1"] >= 0.9 and res["top3"] >= 0.98 and res["false_alarms"] <= 0.1
-    return 0 if good else 1
+    parser.add_argument("-v", "--verbose", action="store_true", help="print each development-set miss")
+    parser.add_argument("--show-sealed", action="store_true",
+                        help="also print each sealed-set miss (only after signatures are final)")
+    parser.add_argument("--json", action="store_true", help="figures as JSON (sealed rows only with --show-sealed)")
+    args = parser.parse_args(argv)
+    from gpudoctor.kb.catalog import load_catalog
+
+    catalog = load_catalog(use_cache=False)
+    sets = {"dev": evaluate_cases(load_cases(DEV, "manifest.yaml"), catalog, not args.no_hyperscan)}
+    sealed = load_cases(SEALED, "manifest*.yaml")
+    if sealed:
+        sets["sealed"] = evaluate_cases(sealed, catalog, not args.no_hyperscan)
+    if args.json:
+        out = {}
+        for name, figures in sets.items():
+            keep = name == "dev" or args.show_sealed
+            out[name] = {k: v for k, v in figures.items() if k != "rows" or keep}
+        print(json.dumps(out, indent=2))
+        return 0
+    print(render(sets, args.verbose, args.show_sealed))
+    if not sealed:
+        print(f"\n(no sealed set: {SEALED}/manifest*.yaml not found)")
+    return 0
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def to_json(diagnosis) -> dict:
         "schema": SCHEMA,
         "findings": [
             {
-                "id": f.id, "title": f.title, "score": f.score,
+                "id": f.id, "tier": getattr(f, "tier", "match"), "title": f.title, "score": f.score,
                 "evidence": [dict(ev(e), signature=e.signature) for e in f.evidence],
                 "fix": f.fix, "probes": list(f.probes), "signatures": list(f.signatures),
                 "consequence_of": list(f.consequence_of), "explains": list(f.explains),
@@ -86,15 +86,56 @@ def _inputs_line(diagnosis) -> str:
     return f"{len(names)} files in {where} ({lines:,} {unit})"
 
 
+def split_tiers(findings) -> tuple[list, list]:
+    """(confident matches, possible causes), each best first."""
+    matches = [f for f in findings if getattr(f, "tier", "match") == "match"]
+    return matches, [f for f in findings if getattr(f, "tier", "match") != "match"]
+
+
 def render_text(diagnosis, out: Out, catalog=None) -> None:
     w = out.width
     head = _inputs_line(diagnosis)
-    if diagnosis.findings:
-        n = len(diagnosis.findings)
+    matches, possible = split_tiers(diagnosis.findings)
+    if matches:
+        n = len(matches)
         out.write(out.style(f"{n} known cause{'s' * (n != 1)} in {fit(head, w - 22)}", "bold"))
+    elif possible:
+        out.write(out.style(f"No known cause matched in {fit(head, w - 37)}. Possibly:", "bold"))
     else:
         out.write(out.style(f"No known cause in {fit(head, w - 18)}", "bold"))
-    for k, f in enumerate(diagnosis.findings, 1):
+    _text_findings(diagnosis, out, matches, w)
+    if possible:
+        if matches:
+            out.write("")
+            out.write(out.style("Also possible (the failure lines read like these; no signature fired):", "bold"))
+        _text_possible(diagnosis, out, possible, w)
+    _text_ranks(diagnosis, out, w)
+    if not diagnosis.findings:
+        out.write("")
+        out.write("Nothing in the catalogue explains this log, so gpudoctor names no cause.")
+        out.write("Try: gpudoctor search \"<first error line>\", or add your own runbook with --kb.")
+    elif not matches:
+        out.write("")
+        out.write("These are guesses from the failure lines and their context: no signature fired.")
+        out.write("Read the entries (gpudoctor show ID) and check them against the log.")
+
+
+def _text_possible(diagnosis, out: Out, possible, w: int) -> None:
+    single = len(diagnosis.inputs) == 1
+    for k, f in enumerate(possible, 1):
+        out.write("")
+        label = f"{k:>2}. {f.id:<5}"
+        score = f"possible {f.score:.2f}"
+        title = fit(f.title, w - len(label) - len(score) - 3)
+        out.write(f"{out.style(label, 'id')} {title}{' ' * max(1, w - len(label) - len(title) - len(score) - 1)}"
+                  f"{out.style(score, 'dim')}")
+        for e in f.evidence:
+            _evidence(out, e, single, w)
+        out.write("    " + out.style(f"more: gpudoctor show {f.id}", "dim"))
+
+
+def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
+    for k, f in enumerate(findings, 1):
         out.write("")
         label = f"{k:>2}. {f.id:<5}"
         score = f"{f.score:.2f}"
@@ -117,6 +158,9 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
         elif f.probes:
             out.write("    " + out.style("confirm: " + "; ".join(f"gpudoctor probe {p}" for p in f.probes), "dim"))
         out.write("    " + out.style(f"more: gpudoctor show {f.id}", "dim"))
+
+
+def _text_ranks(diagnosis, out: Out, w: int) -> None:
     if diagnosis.ranks:
         out.write("")
         out.write(out.style("Ranks", "bold"))
@@ -143,31 +187,36 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
             for i, ln in enumerate(_wrap(sanitize(sentence), w - 4)):
                 out.write(("  - " if i == 0 else "    ") + ln)
     for note in diagnosis.notes:
-        out.write(out.style(f"note: {sanitize(note)}", "dim"))
-    if not diagnosis.findings:
-        out.write("")
-        out.write("Nothing in the catalogue explains this log, so gpudoctor names no cause.")
-        out.write("Try: gpudoctor search \"<first error line>\", or add your own runbook with --kb.")
+        for i, ln in enumerate(_wrap(f"note: {sanitize(note)}", w)):
+            out.write(out.style(ln if i == 0 else "      " + ln, "dim"))
 
 
 def render_markdown(diagnosis) -> str:
     lines = [f"## gpudoctor diagnosis", "", f"Inputs: {redact(_inputs_line(diagnosis))}", ""]
+    matches, possible = split_tiers(diagnosis.findings)
     if not diagnosis.findings:
         lines += ["No known cause: nothing in the gpudoctor catalogue matches these logs.", ""]
-    for k, f in enumerate(diagnosis.findings, 1):
+    elif not matches:
+        lines += ["No known cause matched. Possibly:", ""]
+    for k, f in enumerate(matches, 1):
         lines.append(f"### {k}. {f.id}: {f.title} (score {f.score:.2f})")
         lines.append("")
         if f.consequence_of:
             lines += [f"Likely a consequence of {', '.join(f.consequence_of)}.", ""]
-        lines.append("```text")
-        for e in f.evidence:
-            lines.append(redact(f"{e.file}:{e.line}: {sanitize(e.text).strip()}"))
-        lines += ["```", "", f"**Fix:** {f.fix}", ""]
+        lines += _md_evidence(f.evidence)
+        lines += [f"**Fix:** {f.fix}", ""]
         if f.id in diagnosis.probe_results:
             lines += [f"- probe `{r.probe}`: {r.status.value}: {redact(r.summary)}" for r in diagnosis.probe_results[f.id]]
             lines.append("")
         elif f.probes:
             lines += ["**Confirm:** " + ", ".join(f"`gpudoctor probe {p}`" for p in f.probes), ""]
+    if possible:
+        if matches:
+            lines += ["### Also possible", "", "The failure lines read like these entries; no signature fired.", ""]
+        for k, f in enumerate(possible, 1):
+            lines += [f"{'####' if matches else '###'} {k}. {f.id}: {f.title} (possible, score {f.score:.2f})", ""]
+            lines += _md_evidence(f.evidence)
+            lines += [f"More: `gpudoctor show {f.id}`", ""]
     if diagnosis.ranks:
         lines += ["### Ranks", "", "| rank | status | done/enqueued | init | first error |", "|---|---|---|---|---|"]
         for r in diagnosis.ranks:
@@ -181,6 +230,17 @@ def render_markdown(diagnosis) -> str:
     if diagnosis.notes:
         lines += ["### Notes", ""] + [f"- {redact(sanitize(n))}" for n in diagnosis.notes] + [""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _md_evidence(evidence) -> list[str]:
+    """Log lines in a code block, then gpudoctor's reading of them (error-code meanings, where it was raised)."""
+    logged = [e for e in evidence if e.signature not in ("meaning", "because")]
+    lines = ["```text"] + [redact(f"{e.file}:{e.line}: {sanitize(e.text).strip()}") for e in logged] + ["```", ""]
+    notes = [e for e in evidence if e.signature in ("meaning", "because")]
+    if notes:
+        word = {"meaning": "Means", "because": "Why"}
+        lines += [f"- {word[e.signature]}: {redact(sanitize(e.text).strip())}" for e in notes] + [""]
+    return lines
 
 
 def _where(e, single_input: bool) -> str:
@@ -200,6 +260,11 @@ def _evidence(out: Out, e, single_input: bool, width: int) -> None:
     """One evidence line, located and wrapped to at most two terminal lines."""
     import textwrap
 
+    if e.signature in ("meaning", "because"):  # gpudoctor's reading of the line above, not a log line
+        word = "means: " if e.signature == "meaning" else "why: "
+        for i, ln in enumerate(_wrap(word + " ".join(sanitize(e.text).split()), width - 14)[:3]):
+            out.write(" " * (6 if i == 0 else 13) + out.style(ln, "dim"))
+        return
     loc = _where(e, single_input)
     text = " ".join(sanitize(e.text).split())
     room = max(20, width - 4 - len(loc) - 2)

@@ -8,9 +8,11 @@ from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
 from gpudoctor.engine.patterns import STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit, Scanner, SourceScan
 from gpudoctor.engine.sources import InputError, Source, open_source
+from gpudoctor.engine.stacks import looks_like_dump
 
-SCHEMA = "gpudoctor.diagnosis/1"
+SCHEMA = "gpudoctor.diagnosis/2"
 HYPERSCAN_FROM_BYTES = 8 << 20
+CAPTURE_TOTAL = 16 << 20  # characters of small inputs kept whole for rules and possible causes
 
 
 @dataclass
@@ -37,8 +39,10 @@ class Diagnosis:
     probe_results: dict = field(default_factory=dict)  # entry id -> [probes Result], with --probe
 
     def top(self, n: int) -> "Diagnosis":
-        """A copy that keeps only the n best findings."""
-        return replace(self, findings=list(self.findings[:n]))
+        """A copy that keeps the n best confident findings and, apart from them, the n best possible causes."""
+        matches = [f for f in self.findings if f.tier == "match"][:n]
+        possible = [f for f in self.findings if f.tier != "match"][:n]
+        return replace(self, findings=matches + possible)
 
     def with_probe_results(self, results: dict) -> "Diagnosis":
         return replace(self, probe_results=dict(results))
@@ -72,6 +76,9 @@ def diagnose(
     logs = [s for s in sources if not s.flight]
     analysis = RankAnalysis(patterns, len(logs) > 1)
     done: dict[int, SourceScan] = {}
+    dumps_text: dict[str, tuple[str, int | None]] = {}  # sources that held py-spy / faulthandler stack dumps
+    texts: dict[str, str] = {}  # the whole text of small sources, for the possible tier's failure lines
+    budget = CAPTURE_TOTAL
     if not small:
         from gpudoctor.engine.parallel import scan_parallel
 
@@ -97,13 +104,20 @@ def diagnose(
         except InputError as exc:  # vanished or unreadable since it was listed: named, and the rest are read
             inputs.append(InputSummary(source.name, 0, 0, "log", problem=str(exc)))
             continue
+        capture = _Capture(stream)
         try:  # reading never raises: a truncated archive or a read error ends the stream (result.problem)
-            result = scanner.scan(stream, source.name, progress, None if source.compressed else source.size)
+            result = scanner.scan(capture, source.name, progress, None if source.compressed else source.size)
         finally:
             if source.path is not None:
                 stream.close()
         problem = result.problem
         scans.append((source, result))
+        text = capture.text(budget)
+        if text is not None:
+            budget -= len(text)
+            texts[source.name] = text
+            if looks_like_dump(text):
+                dumps_text[source.name] = (text, _hint_of(source, len(logs) > 1))
         analysis.add(source, result)
         inputs.append(InputSummary(source.name, result.bytes, result.lines, "log", result.binary, result.cut_lines, problem,
                                    result.huge_lines))
@@ -145,12 +159,113 @@ def diagnose(
     if not all((f, h.line_no) in explained for f, h in signals.get("rank-failed-first", [])):
         add_signal("rank-failed-first")
     findings = build_findings(entries, matched)
-    notes = [i.problem for i in inputs if i.problem]
+    weak = _weak_signatures(entries, matched, {f.id for f in findings})
+    from gpudoctor.engine.rules import annotate, evaluate, merge
+
+    verdicts = evaluate(scans, texts, dumps_text)
+    findings, rule_notes = merge(entries, findings, verdicts)
+    ruled_out = {v.entry for v in verdicts if v.rule_out} - {v.entry for v in verdicts if not v.rule_out}
+    hints = [v for v in verdicts if v.tier == "possible" and v.entry not in ruled_out]
+    findings += _possible(catalog, scans, patterns, findings, ruled_out, texts, hints, weak)
+    findings = annotate(findings)
+    notes = rule_notes + [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
     notes += [f"{i.name}: binary data (NUL bytes) was read as text" for i in inputs if i.binary]
     notes += [f"{i.name}: holds lines of 512 KiB or more; evidence from them is the text around each match"
               for i in inputs if i.huge_lines and not i.cut_lines]
     return Diagnosis(findings, ranks, verdict, inputs, scanner.engine, flight_report, notes)
+
+
+class _Capture:
+    """A read-through wrapper that keeps a small input's text when it holds stack dumps (py-spy, faulthandler)."""
+
+    LIMIT = 4 << 20
+
+    def __init__(self, stream):
+        self.stream, self.parts, self.size, self.over = stream, [], 0, False
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        if data and not self.over:
+            self.size += len(data)
+            if self.size > self.LIMIT:
+                self.over, self.parts = True, []
+            else:
+                self.parts.append(bytes(data))
+        return data
+
+    def readinto(self, buffer) -> int:
+        inner = getattr(self.stream, "readinto", None)
+        if inner is None:
+            view = memoryview(buffer)
+            data = self.read(len(view))
+            view[: len(data)] = data
+            return len(data)
+        n = inner(buffer) or 0
+        if n and not self.over:
+            self.size += n
+            if self.size > self.LIMIT:
+                self.over, self.parts = True, []
+            else:
+                self.parts.append(bytes(memoryview(buffer)[:n]))
+        return n
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+    def text(self, budget: int) -> str | None:
+        if self.over or not self.parts or self.size > budget:
+            return None
+        return b"".join(self.parts).decode("utf-8", "replace")
+
+
+def _hint_of(source: Source, per_rank_files: bool) -> int | None:
+    if not per_rank_files:
+        return None
+    return source.rank_hint if source.rank_hint is not None else source.local_rank_hint
+
+
+def _weak_signatures(entries: dict, matched: dict, reported: set[str]) -> dict:
+    """Entries whose signatures fired too weakly to report: id -> (score, evidence), for the possible tier."""
+    from gpudoctor.engine.findings import Evidence, score_entry
+
+    weak = {}
+    for eid, sigs in matched.items():
+        entry = entries.get(eid)
+        if entry is None or eid in reported:
+            continue
+        score, used = score_entry(entry, sigs)
+        if score > 0:
+            lines = [Evidence(f, h.line_no, h.text, sid) for sid in used for f, h in sigs[sid].lines[:1]]
+            weak[eid] = (score, tuple(lines))
+    return weak
+
+
+def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str], texts: dict,
+              hints: list, weak: dict) -> list[Finding]:
+    """Possible causes for a log that shows a failure: all of them when nothing matched, a strong few beside matches."""
+    from gpudoctor.engine.possible import LIMIT, LIMIT_BESIDE_MATCH, failure_lines, possible_findings
+
+    entries = {e.id: e for e in catalog}
+    matched = {f.id for f in findings} | ruled_out
+    hinted: list[Finding] = []
+    for v in hints:  # what the context makes likely (an OOM under ZeRO) comes before word matches
+        entry = entries.get(v.entry)
+        if entry is not None and v.entry not in matched and all(h.id != v.entry for h in hinted):
+            hinted.append(Finding(id=entry.id, title=entry.title, score=v.score, evidence=v.evidence,
+                                  fix=entry.fix_summary, probes=entry.probes, signatures=(v.rule,), tier="possible"))
+    lines = failure_lines(scans, patterns, texts)
+    if not lines and not hinted:
+        return []  # a weak signature alone, with no failure in sight, is no reason to guess
+    matched |= {h.id for h in hinted}
+    limit = LIMIT if not findings else LIMIT_BESIDE_MATCH
+    found = possible_findings(catalog, lines, matched, limit, weak if not findings else None) if lines else []
+    if findings:
+        found = [f for f in found if f.score >= STRONG_POSSIBLE]
+    return (hinted + found)[:limit]
+
+
+STRONG_POSSIBLE = 0.5  # beside a confident finding, only a failure line that reads like the entry's own words
 
 
 def _flight_signals(report, dump_names: list[str], signals: dict, verdict: list[str], ranks: list) -> None:

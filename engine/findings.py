@@ -29,6 +29,7 @@ class Finding:
     signatures: tuple[str, ...]  # ids of the signatures that matched
     consequence_of: tuple[str, ...] = ()  # findings that explain this one (a timeout caused by a crash)
     explains: tuple[str, ...] = ()
+    tier: str = "match"  # "match": a signature or rule fired; "possible": only the failure lines' words agree
 
 
 @dataclass

@@ -5,6 +5,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.gating import is_gated_function, is_rank0_branch
 from gpudoctor.engine.patterns import LOST_PEER, STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit
 
@@ -19,11 +20,11 @@ _COLLECTIVES = {
     "broadcast", "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
     "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "send", "recv",
 }
-# user functions whose name says "only one rank is meant to be here"
-_GATED_FUNCTION = re.compile(r"save|checkpoint|ckpt|eval|valid|log|metric|report|print|test|export|rank0|main_process",
-                             re.IGNORECASE)
 SIGNALS = ("collective-timeout", "lost-peer", "rank-failed-first", "ranks-in-different-collectives",
-           "collective-in-gated-path")
+           "collective-in-gated-path", "rank-left-loop-early")
+# what a training step blocks in: a rank that timed out here was still training
+_STEP_COLLECTIVES = {"backward", "all_reduce", "reduce_scatter", "reduce_scatter_tensor", "all_gather",
+                     "all_gather_into_tensor", "broadcast"}
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RankReport:
     blocked_in: str | None = None  # the collective its traceback ends in: "barrier", "backward"
     blocked_from: Evidence | None = None  # the user frame that called it
     status: str = "ok"  # ok | died | behind | waiting | lost-peer | missing | no-init
+    _caller_source: str | None = field(default=None, repr=False)  # the code line of blocked_from
     _first_epoch: float | None = field(default=None, repr=False)
 
 
@@ -169,6 +171,7 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             if blocked and r.blocked_in is None:
                 r.blocked_in = blocked
                 if caller is not None:
+                    r._caller_source = caller.source
                     at = _find_line(lines, tb.start, tb.end, f"line {caller.line}, in {caller.function}")
                     r.blocked_from = Evidence(scan.name, line_no + (at if at is not None else tb.start),
                                               lines[at] if at is not None else caller.file,
@@ -297,13 +300,42 @@ def _derive(state: _State) -> None:
         for r in (r for group in blocked.values() if len(group) == fewest for r in group):
             smallest = [x for x in blocked.values() if r in x][0]
             caller = r.blocked_from
-            gated_name = caller is not None and _GATED_FUNCTION.search(caller.signature or "")
+            gated_name = caller is not None and (is_gated_function(caller.signature)
+                                                 or is_rank0_branch(getattr(r, "_caller_source", None)))
             # rank 0 alone in another collective is the `if rank == 0:` branch in all but name
             rank0_alone = len(smallest) == 1 and r.rank == 0
             if gated_name or rank0_alone:
                 ev = caller or r.first_error
                 if ev is not None:
                     state.signal("collective-in-gated-path", ev.file, Hit(ev.line, ev.text))
+
+    _left_loop_early(state)
+
+
+def _left_loop_early(state: _State) -> None:
+    """A rank left the training loop while the others timed out inside a step: its log ends without an error
+    of its own, or it waits in a collective (a barrier, say) that the step does not call."""
+    reports = list(state.reports.values())
+    in_step = [r for r in reports if r.error_kind == "timeout" and r.blocked_in in _STEP_COLLECTIVES]
+    if not in_step or any(r.error_kind == "crash" for r in reports):
+        return  # nobody was caught inside a step, or a rank's own crash explains the wait
+    steps = {r.blocked_in for r in in_step}
+    left = []
+    for r in reports:
+        if r in in_step or r.status == "missing":
+            continue
+        silent = r.error_kind is None and r.sources and r.last_line is not None and r.init_complete is not False
+        elsewhere = r.blocked_in is not None and r.blocked_in not in steps and r.blocked_in in _COLLECTIVES
+        if silent or elsewhere:
+            left.append((r, r.blocked_from or r.first_error if elsewhere else r.last_line))
+    if not left or len(left) >= len(reports):
+        return
+    for r, ev in left[:3]:
+        if ev is not None:
+            state.signal("rank-left-loop-early", ev.file, Hit(ev.line, ev.text))
+    ev = in_step[0].first_error
+    if ev is not None:
+        state.signal("rank-left-loop-early", ev.file, Hit(ev.line, ev.text))
 
 
 def _earliest(ranks: list[RankReport]) -> RankReport:

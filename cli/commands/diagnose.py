@@ -11,8 +11,10 @@ DESCRIPTION = """\
 Read logs (files, per-rank directories, globs, .gz .xz .zst .bz2 by content,
 flight-recorder dumps, or stdin, compressed or not)
 and name the known failures that explain them, best first, with the lines that
-betray each, the fix, and the probe that would confirm it. Says so plainly when
-nothing known matches.
+betray each, the fix, and the probe that would confirm it. When no signature
+fires but the log shows a failure (a traceback, a NCCL WARN, a timeout, a killed
+rank), it lists the entries whose words the failure lines share as possible
+causes, kept apart from confident findings ("No known cause matched. Possibly:").
 
 examples:
   gpudoctor diagnose < nccl.log
@@ -20,7 +22,7 @@ examples:
   gpudoctor diagnose rank*.log --json
   gpudoctor diagnose job.log.gz --format markdown > report.md
 
-exit codes: 0 a cause named, 1 nothing known matched, 2 usage or input error,
+exit codes: 0 a cause matched, 1 only possible causes or nothing known, 2 usage or input error,
 3 internal error (a bug: the message names the report file)"""
 
 PROGRESS_MIN_BYTES = 32 << 20
@@ -33,7 +35,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--engine", choices=("auto", "hyperscan", "re2", "python"), default="auto",
                         help="multi-pattern engine (default: the fastest installed; every engine gives the same findings)")
     parser.add_argument("--no-hyperscan", action="store_true", help="the same as --engine python")
-    parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N findings (default 5)")
+    parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N confident findings, and N possible causes (default 5)")
     parser.add_argument("--probe", action="store_true",
                         help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
     parser.add_argument("--script", metavar="FILE", help="end with the top finding's fix as a diff against this script")
@@ -156,9 +158,10 @@ def run(args, out) -> int:
         if logs and all(i.problem for i in logs):
             raise UserError("no input could be read" if len(logs) > 1 else "no input could be read: " + logs[0].problem)
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
-    result = result.top(args.top)
-    if args.probe and result.findings:
-        result = result.with_probe_results(_run_probes(result.findings, args.err))
+    result = result.top(args.top)  # N confident findings, then at most N possible causes
+    matches = [f for f in result.findings if f.tier == "match"]
+    if args.probe and matches:
+        result = result.with_probe_results(_run_probes(matches, args.err))
     fix_plan = None
     if args.script or args.cmd:  # the top finding's fix, filled with what the log gave away
         from gpudoctor.commands.fix import emit_for_diagnosis, plan_for_diagnosis
@@ -183,4 +186,4 @@ def run(args, out) -> int:
         render_text(result, out, catalog)
         if fix_plan is not None:
             emit_for_diagnosis(fix_plan, fmt, out)
-    return EXIT_OK if result.findings else EXIT_NOTHING
+    return EXIT_OK if matches else EXIT_NOTHING

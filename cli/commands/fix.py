@@ -242,11 +242,12 @@ def plan_for_diagnosis(result, args, catalog):
     """The fix for a diagnosis's top finding, filled with what its logs gave away (for diagnose --script/--cmd)."""
     from gpudoctor.engine.fixes import FixError, facts_from_diagnosis, plan_fix
 
-    if not result.findings:
+    matches = [f for f in result.findings if f.tier == "match"]
+    if not matches:  # a possible cause is a guess: no fix is planned from it
         return None
     facts = facts_from_diagnosis(result, logs=[p for p in getattr(args, "paths", []) if p != "-"])
     try:
-        return plan_fix(catalog, result.findings[0].id, script=args.script, cmd=args.cmd, facts=facts)
+        return plan_fix(catalog, matches[0].id, script=args.script, cmd=args.cmd, facts=facts)
     except FixError as exc:
         raise UserError(str(exc)) from None
 

@@ -24,13 +24,24 @@ def test_dash_reads_stdin_and_json_follows_the_schema(cli_proc):
     r = cli_proc("diagnose", "-", "--json", input=PORT)
     assert r.code == 0
     doc = json.loads(r.out)
-    assert doc["schema"] == "gpudoctor.diagnosis/1"
+    assert doc["schema"] == "gpudoctor.diagnosis/2"
     top = doc["findings"][0]
-    assert top["id"] == "D4" and 0 < top["score"] <= 1
+    assert top["id"] == "D4" and 0 < top["score"] <= 1 and top["tier"] == "match"
     assert top["evidence"][0] == {"file": "<stdin>", "line": 1, "text": PORT.decode().rstrip("\n"),
                                   "signature": top["evidence"][0]["signature"]}
     assert top["fix"] and isinstance(top["probes"], list)
     assert isinstance(doc["ranks"], list)
+
+
+def test_only_possible_causes_exit_1(cli_proc):
+    r = cli_proc("diagnose", input=b"starting\nMismatched collective detected\n")
+    assert r.code == 1
+    assert r.out.startswith("No known cause matched") and "no signature fired" in r.out
+
+
+def test_top_limits_each_tier(cli_proc):
+    doc = json.loads(cli_proc("diagnose", "--json", "--top", "1", input=b"Hostfile contains a bad entry\n").out)
+    assert [f["tier"] for f in doc["findings"]] == ["possible"]
 
 
 def test_nothing_known_exits_1_and_says_so(cli_proc):

@@ -1,0 +1,30 @@
+"""Which user functions and source lines say that only rank 0 is meant to run the code (save, eval, log metrics)."""
+from __future__ import annotations
+
+import re
+
+# user functions whose name says "only one rank is meant to be here": saving, evaluating, logging metrics,
+# exporting; whole words of a snake_case or camelCase name, so logits, catalog, latest or printer do not count
+_GATED_WORDS = (r"save|saving|saver|checkpoint|checkpointing|ckpt|eval|evaluate|evaluation|evaluator|validate|"
+                r"validation|valid|val|export|upload|push|wandb|tensorboard|rank0|rank_zero|main_process")
+_GATED_FUNCTION = re.compile(
+    r"(?:^|_)(?:" + _GATED_WORDS + r")(?:$|_)|^(?:log|write|report)_(?:metrics?|scalars?|stats|summary|results?|"
+    r"images?|samples?)$|^on_(?:save|validation|evaluate)\w*$", re.IGNORECASE)
+# a source line that branches on being rank 0
+_RANK0_BRANCH = re.compile(r"rank(?:\(\))?\s*==\s*0|0\s*==\s*\w*rank|is_main_process|is_global_zero|is_local_main_process|"
+                           r"is_world_process_zero|is_local_process_zero|local_rank\s+in\s+[\[(]-1,\s*0|rank\s*<=?\s*0|"
+                           r"not\s+\w*rank\b|is_master|is_rank_?0|rank_zero_only|main_process_only|master_only")
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def is_gated_function(name: str | None) -> bool:
+    """Whether a function's name says only one rank should run it (save_checkpoint, evaluate, log_metrics)."""
+    return bool(name) and bool(_GATED_FUNCTION.search(_snake(name.strip("_"))))
+
+
+def is_rank0_branch(source: str | None) -> bool:
+    """Whether a source line guards what follows with a rank-0 test."""
+    return bool(source) and bool(_RANK0_BRANCH.search(source))

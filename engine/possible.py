@@ -1,0 +1,226 @@
+"""The "possible" tier: when the log shows a failure, rank catalogue entries by how well its failure lines read like theirs."""
+from __future__ import annotations
+
+import re
+
+from gpudoctor.engine.findings import Evidence, Finding
+
+# a line that says something went wrong; the scanner's structural hits (exceptions, NCCL WARN,
+# watchdog and gloo timeouts, signals, lost peers) count without it
+_FAILURE = re.compile(
+    r"\b(?:[A-Za-z]*(?:Error|Exception)|error|ERROR|fail(?:ed|ure|s)|FAIL(?:ED)?|fatal|FATAL|abort(?:ed|ing)?|"
+    r"timed out|time ?out|timeout|[Kk]illed|exit ?code|exitcode|return code|refused|denied|invalid|[Uu]nable to|"
+    r"[Cc]annot|can't|not found|[Nn]o such|mismatch(?:ed)?|unrecognized|deadlock|WARN|not permitted|"
+    r"not supported|[Ee]xpected)\b"
+)
+_COMMAND = re.compile(r"\s*(?:\$|\+|>>>|#|\w+@[\w.-]+:\S*[$#])\s")  # an echoed command line, not its output
+_WARNING = re.compile(r"\b(?:WARNING|Warning|warning|[A-Z]\w*Warning)\b")
+# launcher bookkeeping around a failure: it proves there was one but says nothing about which
+_BOOKKEEPING = re.compile(
+    r"ChildFailedError|Root Cause \(first observed failure\)|^\s*(?:exitcode|error_file|traceback|rank|host|time)\s*:|"
+    r"To enable traceback see|torch\.distributed\.elastic\.multiprocessing\.errors|FAILED\s*$|"
+    r"Sending process \d+ closing signal|^\s*\[\d+\]:\s*$|failures:\s*$|Setting OMP_NUM_THREADS|"
+    r"^\s*warnings\.warn\(|^\s*\*{8,}|FutureWarning|DeprecationWarning|TORCHELASTIC_ENABLE_FILE_TIMER|"
+    r"TORCHELASTIC_HEALTH_CHECK_PORT|FAILED with no error file|Decorate your entrypoint|rdzv_configs\s*:"
+)
+_FRAME_LINE = re.compile(r'\s*(?:\[[^\]]{1,40}\]:?\s*)?(?:File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
+# errors of the script or its environment, not of distributed training: a guess from their words stays faint
+_ELSEWHERE = re.compile(r"\b(?:ModuleNotFoundError|ImportError|SyntaxError|IndentationError|NameError|"
+                        r"FileNotFoundError|UnicodeDecodeError|JSONDecodeError|PermissionError|IsADirectoryError)\b|"
+                        r"\bNo module named\b|\bloss (?:is )?nan\b|\bNaN or Inf found\b", re.IGNORECASE)
+_STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
+SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
+MAX_QUERIES = 12  # distinct failure lines searched
+MAX_QUERY_CHARS = 400
+MIN_SEARCH = 0.3  # search score below which an entry shares only stray words with the failure
+MIN_SEARCH_PASTED = 0.6  # a pasted line with no failure word must read much like an entry's own words
+SCALE = 0.6  # a possible cause never scores like a confident match
+MIN_POSSIBLE = 0.15  # shown score under which a guess is not worth a reader's time
+LIMIT = 3  # possible causes shown when nothing matched
+LIMIT_BESIDE_MATCH = 2  # shown after confident findings: only guesses that read almost word for word
+
+
+def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
+    """The lines that show the run failed, in file and line order (deduplicated by their wording).
+
+    texts: the whole text of inputs small enough to keep; their every line is read, others only through
+    the scanner's structural hits, its traceback windows and the last lines."""
+    from gpudoctor.engine.prefix import parse_prefix
+    from gpudoctor.engine.patterns import STRUCT
+
+    index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
+    found: dict[tuple[str, int], str] = {}
+    pasted: dict[tuple[str, int], str] = {}  # lines of a short paste that name no failure themselves
+    seen_shapes: set[str] = set()
+    for source, scan in scans:
+        name = scan.name
+        for struct in _STRUCT_FAILURES:
+            hits = scan.hits.get(index.get(struct, -1))
+            if hits:
+                for hit in hits.all():
+                    found[(name, hit.line_no)] = hit.text
+        short = 0 < scan.lines <= SHORT_INPUT
+        whole = (texts or {}).get(name)
+        if whole is not None:
+            for line_no, text in _failure_lines_in(whole, seen_shapes):
+                found[(name, line_no)] = text
+        for line_no, text in scan.tail:
+            if _FAILURE.search(text) and not _COMMAND.match(text):
+                found[(name, line_no)] = text
+            elif short:
+                pasted[(name, line_no)] = text
+        for opener, line_no, lines in scan.windows:
+            if opener != "traceback":
+                continue
+            last = _exception_line(lines)
+            if last is not None:
+                found[(name, line_no + last)] = lines[last]
+    out, seen = [], set()
+    both = {k: (t, "failure-line") for k, t in found.items()}
+    both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})
+    for (file, line), (text, kind) in sorted(both.items()):
+        body = " ".join(parse_prefix(text).body.split())
+        key = re.sub(r"\d+", "0", body)[:200]
+        if not body or key in seen or _FRAME_LINE.match(body):
+            continue
+        seen.add(key)
+        out.append(Evidence(file, line, text, kind))
+    return out
+
+
+# every failure-looking line contains one of these (lower-cased); str.find over the text is far faster than a regex
+_LITERALS = ("error", "exception", "fail", "fatal", "abort", "timed out", "timeout", "time out", "killed", "exit code",
+             "exitcode", "return code", "refused", "denied", "invalid", "unable to", "cannot", "can't", "not found",
+             "no such", "mismatch", "unrecognized", "deadlock", "warn", "not permitted", "not supported", "expected")
+_DIGITS = re.compile(r"\d+")
+MAX_SHAPES = 4000  # distinct failure-line shapes kept per run (a log that warns on every step repeats itself)
+MAX_CANDIDATES = 200_000  # literal hits looked at per text
+
+
+def _candidate_starts(text: str) -> list[int]:
+    """Start offsets of the lines that hold a failure literal, in order."""
+    lower = text.lower()
+    starts: set[int] = set()
+    for word in _LITERALS:
+        at = lower.find(word)
+        while at >= 0 and len(starts) < MAX_CANDIDATES:
+            start = lower.rfind("\n", 0, at) + 1
+            starts.add(start)
+            end = lower.find("\n", at)
+            if end < 0:
+                break
+            at = lower.find(word, end)
+    return sorted(starts)
+
+
+def _failure_lines_in(text: str, shapes: set[str]):
+    """(line number, line) of each failure-looking line of a whole text, one per shape (digits aside), skipping
+    traceback frames, the code lines under them and echoed commands."""
+    line_no, counted = 1, 0
+    for start in _candidate_starts(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end].rstrip("\r")
+        line_no += text.count("\n", counted, start)
+        counted = start
+        shape = _DIGITS.sub("0", line[:200])
+        if shape in shapes:
+            continue
+        if not (_FAILURE.search(line) or _WARNING.search(line)) or _COMMAND.match(line) or _FRAME_LINE.match(line):
+            continue
+        if start:
+            prev = text[text.rfind("\n", 0, start - 1) + 1: start - 1]
+            if _FRAME_LINE.match(prev):
+                continue  # the code line Python prints under a frame: the user's source, not a message
+        if len(shapes) < MAX_SHAPES:
+            shapes.add(shape)
+        yield line_no, line
+
+
+def _exception_line(lines: list[str]) -> int | None:
+    from gpudoctor.engine.tracebacks import parse_tracebacks
+
+    for tb in parse_tracebacks(lines)[:1]:
+        name = tb.exc_type.rsplit(".", 1)[-1]
+        if not name:
+            return None
+        for i in range(min(tb.end, len(lines)) - 1, tb.start - 1, -1):
+            if name + ":" in lines[i] or lines[i].strip() == tb.exc_type:
+                return i
+    return None
+
+
+def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
+    """The lines worth searching, each with how much its words count (launcher bookkeeping and errors that
+    distributed training does not cause, little)."""
+    from gpudoctor.engine.prefix import parse_prefix
+
+    weighted = []
+    for ev in lines:
+        body = parse_prefix(ev.text).body
+        weight = 0.4 if _BOOKKEEPING.search(body) else 0.5 if _ELSEWHERE.search(body) else 1.0
+        weighted.append((ev, weight))
+    # the first failures name the cause, the last ones how the run ended; the middle repeats them
+    strong = [w for w in weighted if w[1] == 1.0]
+    if len(strong) > MAX_QUERIES:
+        strong = strong[: MAX_QUERIES // 2] + strong[-(MAX_QUERIES - MAX_QUERIES // 2):]
+    weak = [w for w in weighted if w[1] < 1.0][: max(0, MAX_QUERIES - len(strong))]
+    return strong + weak
+
+
+def aggregate(scores: list[float]) -> float:
+    """One entry's standing from its per-line search scores, best first: the best line decides, agreeing lines add."""
+    return scores[0] + 0.5 * sum(scores[1:2]) + 0.25 * sum(scores[2:3])
+
+
+PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
+
+
+def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: int = LIMIT,
+                      prior: dict | None = None) -> list[Finding]:
+    """Entries whose error strings and symptoms read most like the failure lines, as tier "possible".
+
+    prior: entry id -> (score, evidence) of signatures that fired too weakly to report; they add to the words."""
+    from gpudoctor.engine.errcodes import explain
+    from gpudoctor.engine.prefix import parse_prefix
+
+    if not lines:
+        return []
+    index = catalog.search_index()
+    entries = {e.id: e for e in catalog}
+    best: dict[str, list[tuple[float, Evidence]]] = {}
+    for ev, weight in _informative(lines):
+        query = " ".join(parse_prefix(ev.text).body.split())[:MAX_QUERY_CHARS]
+        meanings = explain(query)
+        if meanings:  # "ncclSystemError" says little by itself; what it stands for says more
+            query += " " + " ".join(m.text for m in meanings)
+        floor = MIN_SEARCH_PASTED if ev.signature == "pasted-line" else MIN_SEARCH
+        for hit in index.search(query, limit=5):
+            if hit.score < floor:
+                continue
+            best.setdefault(hit.id, []).append((hit.score * weight, ev))
+    ranked = []
+    prior = prior or {}
+    for eid in prior:
+        best.setdefault(eid, [])
+    for eid, scores in best.items():
+        entry = entries.get(eid)
+        if entry is None or eid in exclude or entry.section == "guides":
+            continue
+        scores.sort(key=lambda s: -s[0])
+        weak, weak_evidence = prior.get(eid, (0.0, ()))
+        standing = (aggregate([s for s, _ in scores]) if scores else 0.0) + PRIOR_GAIN * weak
+        evidence = [ev for _, ev in scores[:2]] or list(weak_evidence)[:2]
+        if evidence:
+            ranked.append((standing, eid, evidence))
+    ranked.sort(key=lambda r: (-r[0], r[1]))
+    findings = []
+    ranked = [r for r in ranked if r[0] * SCALE >= MIN_POSSIBLE]
+    for score, eid, evs in ranked[:limit]:
+        entry = entries[eid]
+        findings.append(Finding(
+            id=eid, title=entry.title, score=round(min(score, 1.0) * SCALE, 3),
+            evidence=tuple(Evidence(e.file, e.line, e.text, "failure-line") for e in evs),
+            fix=entry.fix_summary, probes=entry.probes, signatures=(), tier="possible",
+        ))
+    return findings

@@ -1,0 +1,247 @@
+"""Evidence from structure: where an error was raised (its frames, source lines, which rank) names its cause."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from gpudoctor.engine.findings import Evidence, Finding
+
+RULE_SCORE = 0.9  # a rule reads the frames themselves: as strong as a specific signature
+
+
+@dataclass(frozen=True)
+class Verdict:
+    entry: str
+    rule: str  # slug, shown as the evidence's signature: "rule:zero-init-oom"
+    evidence: tuple[Evidence, ...]
+    score: float = RULE_SCORE
+    rule_out: bool = False  # the structure shows it is NOT this entry
+    tier: str = "match"  # "possible": context that makes the entry likely without proving it
+    note: str = ""
+
+
+# --- tokens of the frames an error was raised through ---------------------------------------
+# Read from the text around the error line rather than from a parsed traceback, so that plain, IPython
+# ("File x.py:12, in f(...)"), Rich ("│ x.py:12 in f │") and prefixed tracebacks all count.
+
+_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+                  r"cudaErrorMemoryAllocation|Cuda failure 'out of memory'|CUDA error: out of memory")
+_FRAMEISH = re.compile(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
+# ZeRO's optimizer-state set-up: DeepSpeed >= 0.3 (runtime/zero/stage_1_and_2.py, stage3.py, engine.py)
+# and 0.1-0.2 (pt/deepspeed_zero_optimizer.py, pt/deepspeed_light.py)
+_ZERO_INIT = re.compile(r"\b(?:initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|"
+                        r"_configure_zero_optimizer|_create_fp16_partitions\w*|_create_fp16_sub_groups|"
+                        r"DeepSpeedZeroOptimizer(?:_Stage3)?\(|_link_all_hp_params)\b")
+_ZERO_PATH = re.compile(r"deepspeed/(?:runtime/zero/|runtime/engine\.py|pt/deepspeed_zero_optimizer|"
+                        r"pt/deepspeed_light|pt/zero_optimizer)")
+_FSDP_PATH = re.compile(r"torch/distributed/(?:fsdp|_composable/fsdp|checkpoint|_state_dict_utils)|"
+                        r"fsdp/_state_dict_utils|fully_sharded_data_parallel")
+_FSDP_STATE = re.compile(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|_full_pre_load_state_dict_hook|"
+                         r"_full_post_load_state_dict_hook|_post_state_dict_hook|_pre_state_dict_hook|"
+                         r"_pre_load_state_dict_hook|_post_load_state_dict_hook|_gather_\w+|full_optim_state_dict|"
+                         r"_optim_state_dict\w*|get_model_state_dict|get_optimizer_state_dict|_get_fsdp_state_dict|"
+                         r"_state_dict_fn|FullStateDictConfig|FULL_STATE_DICT|full_state_dict|full_tensor)\b")
+_LOAD_MISMATCH = re.compile(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
+                            r"Unexpected key\(s\) in state_dict")
+_LOAD_FN = re.compile(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
+                      r"_full_post_load_state_dict_hook|set_model_state_dict|_load_model_state_dict|load_state_dict)\b")
+_INVALID_ORDINAL = re.compile(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE")
+_DEVICE_CALL = re.compile(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
+                          r"[\"']cuda:[\"']\s*\+")
+_PASSTHROUGH = re.compile(r"_cuda_setDevice\(|set_device\(\s*(?:device|self\.device|dev|d)\s*\)")
+_LOCAL_INDEX = re.compile(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id|"
+                          r"args\.gpu\b|local_device")
+_GLOBAL_INDEX = re.compile(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
+                           r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b")
+LOOK_BACK = 150  # lines before an error line that may hold its traceback
+
+
+def _frame_with(region: list[str], token: re.Pattern, path: re.Pattern | None = None) -> int | None:
+    """Index of the last frame line (or the line after it, where Rich wraps the name) that names token."""
+    for i in range(len(region) - 1, -1, -1):
+        line = region[i]
+        if not _FRAMEISH.search(line):
+            continue
+        near = line + " " + (region[i + 1] if i + 1 < len(region) else "")
+        if token.search(near) and (path is None or path.search(line.replace("\\", "/"))):
+            return i
+    return None
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.replace("│", " ").split())[:300]
+
+
+def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[Verdict]:
+    """Rules for the error on lines[at]; lines[:at] hold what was printed before it (its traceback)."""
+    error = lines[at]
+    region = lines[max(0, at - LOOK_BACK): at + 1]
+    base = first_line + max(0, at - LOOK_BACK)
+    here = Evidence(file, first_line + at, error, "")
+    out: list[Verdict] = []
+
+    def because(i: int, rule: str, what: str) -> tuple[Evidence, Evidence]:
+        return (replace(here, signature=rule), Evidence(file, base + i, f"{what}: {_clean(region[i])}", "because"))
+
+    if _OOM.search(error):
+        i = _frame_with(region, _ZERO_INIT, _ZERO_PATH)
+        if i is not None:
+            out.append(Verdict("D16", "rule:zero-init-oom",
+                               because(i, "rule:zero-init-oom", "raised while DeepSpeed set up ZeRO optimizer state")))
+        i = _frame_with(region, _FSDP_STATE)
+        if i is not None and any(_FSDP_PATH.search(x.replace("\\", "/")) for x in region):
+            out.append(Verdict("D15", "rule:fsdp-state-dict-oom",
+                               because(i, "rule:fsdp-state-dict-oom", "raised while gathering a full FSDP state dict")))
+    elif _LOAD_MISMATCH.search(error):
+        i = _frame_with(region, _LOAD_FN, _FSDP_PATH)
+        if i is not None:
+            out.append(Verdict("D15", "rule:fsdp-state-dict-load",
+                               because(i, "rule:fsdp-state-dict-load", "raised while FSDP loaded a state dict")))
+    if _INVALID_ORDINAL.search(error):
+        out.extend(_ordinal_rule(region, here, base))
+    return out
+
+
+def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]:
+    """invalid device ordinal: the global rank as a device index is D3; the local rank means too few GPUs."""
+    for i in range(len(region) - 2, -1, -1):  # the call nearest the error that still shows which number it passed
+        src = region[i]
+        m = _DEVICE_CALL.search(src)
+        if not m or _PASSTHROUGH.search(src) or _FRAMEISH.search(src):
+            continue
+        arg = src[m.start():]
+        code = _clean(src)
+        if _LOCAL_INDEX.search(arg):
+            return [Verdict("D3", "rule:ordinal-by-local-rank", (replace(here, signature="rule:ordinal-by-local-rank"),),
+                            rule_out=True,
+                            note=f"not D3: line {base + i} sets the device by the local rank ({code[:80]}); an invalid "
+                                 f"ordinal then means more processes on the node than visible GPUs")]
+        if _GLOBAL_INDEX.search(arg):
+            return [Verdict("D3", "rule:ordinal-by-global-rank", (
+                replace(here, signature="rule:ordinal-by-global-rank"),
+                Evidence(here.file, base + i, f"the device index is the global rank: {code}", "because")))]
+        return []
+    return []
+
+
+_ZERO_IN_USE = re.compile(r"ZeRO stage [0-3]\b|zero_optimization|\"stage\":\s*[1-3]\b|zero_stage|deepspeed_stage_[1-3]|"
+                          r"DeepSpeedZeroOptimizer|ZeRO-?(?:Offload|Infinity)|stage3_\w+|--zero[_-]stage|--deepspeed\b|"
+                          r"deepspeed\.initialize|ds_config\w*\.json|DeepSpeedEngine")
+
+
+def zero_oom_hint(lines: list[str], file: str, first_line: int) -> Verdict | None:
+    """A CUDA OOM in a run that uses ZeRO, raised somewhere the frames do not show: D16 is possible."""
+    oom = next((i for i, x in enumerate(lines) if _OOM.search(x) and not _FRAMEISH.search(x)), None)
+    if oom is None:
+        return None
+    zero = next((i for i, x in enumerate(lines) if _ZERO_IN_USE.search(x)), None)
+    if zero is None:
+        return None
+    return Verdict("D16", "hint:oom-under-zero", (
+        Evidence(file, first_line + oom, lines[oom], "hint:oom-under-zero"),
+        Evidence(file, first_line + zero, lines[zero], "hint:oom-under-zero")), score=0.6, tier="possible")
+
+
+def interface_rule(text: str, file: str) -> list[Verdict]:
+    """NCCL told to use loopback or a container/tunnel interface: MN2 when NCCL's lines come from two or more hosts,
+    a possible MN2 otherwise (one host's log of a multi-node job cannot show the others)."""
+    from gpudoctor.engine.netif import hosts, interface_choices, unreachable
+
+    bad = [(ev, [n for n in names if unreachable(n)]) for ev, names in interface_choices(text, file)]
+    bad = [(ev, names) for ev, names in bad if names]
+    if not bad:
+        return []
+    seen_hosts = hosts(text)
+    ev, names = bad[0]
+    why = Evidence(ev.file, ev.line, f"{', '.join(dict.fromkeys(names))}: loopback or a virtual device that other "
+                                     f"nodes cannot reach" + (f"; NCCL lines come from {len(seen_hosts)} hosts"
+                                                               if len(seen_hosts) > 1 else ""), "because")
+    evidence = tuple(e for e, _ in bad[:3]) + (why,)
+    if len(seen_hosts) > 1:
+        return [Verdict("MN2", "rule:nccl-unreachable-interface", evidence, score=0.85)]
+    return [Verdict("MN2", "hint:nccl-unreachable-interface", evidence, score=0.5, tier="possible")]
+
+
+# --- every input -----------------------------------------------------------------------------------
+
+_TRIGGER = re.compile(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
+MAX_ERRORS = 32  # error lines examined per input
+
+
+def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> list[Verdict]:
+    """Every rule's verdict. texts: the whole text of small inputs; for others, the scanner's windows
+    (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
+    verdicts: list[Verdict] = []
+    texts = texts or {}
+    for _source, scan in scans:
+        whole = texts.get(scan.name)
+        if whole is not None:
+            chunks = [(1, whole.splitlines())] if _TRIGGER.search(whole) else []
+        else:
+            chunks = [(line_no, lines) for opener, line_no, lines in scan.windows if opener in ("traceback", "root-cause")]
+        if whole is not None:
+            verdicts.extend(interface_rule(whole, scan.name))
+        seen = 0
+        if chunks and whole is not None:
+            hint = zero_oom_hint(chunks[0][1], scan.name, 1)
+            if hint is not None:
+                verdicts.append(hint)
+        for first, lines in chunks:
+            for at, line in enumerate(lines):
+                if seen < MAX_ERRORS and _TRIGGER.search(line) and not _FRAMEISH.search(line):
+                    seen += 1
+                    verdicts.extend(region_rules(lines, at, scan.name, first))
+    if dumps:
+        from gpudoctor.engine.hangs import hang_rules
+
+        verdicts.extend(hang_rules(dumps))
+    return verdicts
+
+
+def merge(entries: dict, findings: list[Finding], verdicts: list[Verdict]) -> tuple[list[Finding], list[str]]:
+    """Findings with the rules folded in (new ones added, evidence joined, ruled-out ones dropped), and notes."""
+    by_id = {f.id: f for f in findings}
+    notes: list[str] = []
+    ruled_out = {v.entry for v in verdicts if v.rule_out}
+    confirmed = {v.entry for v in verdicts if not v.rule_out and v.tier == "match"}
+    for v in verdicts:
+        if v.tier != "match":
+            continue
+        if v.rule_out and v.entry not in confirmed:
+            if v.note and v.note not in notes:
+                notes.append(v.note)
+            continue
+        if v.rule_out or v.entry not in entries:
+            continue
+        f = by_id.get(v.entry)
+        if f is None:
+            entry = entries[v.entry]
+            by_id[v.entry] = Finding(id=entry.id, title=entry.title, score=v.score, evidence=v.evidence,
+                                     fix=entry.fix_summary, probes=entry.probes, signatures=(v.rule,),
+                                     explains=tuple(t for t in entry.explains if t in by_id))
+        else:
+            evidence = tuple(dict.fromkeys(v.evidence + f.evidence))[:8]
+            sigs = f.signatures + ((v.rule,) if v.rule not in f.signatures else ())
+            by_id[v.entry] = replace(f, score=max(f.score, v.score), evidence=evidence, signatures=sigs)
+    for eid in ruled_out - confirmed:
+        by_id.pop(eid, None)
+    out = list(by_id.values())
+    out.sort(key=lambda f: (-f.score, f.consequence_of != (), f.id))
+    return out, notes
+
+
+def annotate(findings: list[Finding]) -> list[Finding]:
+    """Each finding with the meaning of any NCCL result or CUDA error its evidence lines name."""
+    from gpudoctor.engine.errcodes import explain
+
+    out, shown = [], set()  # a meaning is told once, under the first finding whose lines carry it
+    for f in findings:
+        extra, seen = [], set()
+        for ev in f.evidence:
+            for meaning in explain(ev.text):
+                if meaning.code not in seen | shown and len(seen) < 3:
+                    seen.add(meaning.code)
+                    extra.append(Evidence(ev.file, ev.line, str(meaning), "meaning"))
+        shown |= seen
+        out.append(replace(f, evidence=f.evidence + tuple(extra)) if extra else f)
+    return out

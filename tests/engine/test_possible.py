@@ -1,0 +1,117 @@
+"""The possible tier: the catalogue knows its own words, guesses only from failure lines, and stays apart."""
+from __future__ import annotations
+
+import io
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.engine.diagnose import diagnose
+from gpudoctor.engine.sources import Source, resolve
+from gpudoctor.kb.catalog import load_catalog
+
+LOGS = Path(__file__).resolve().parents[1] / "data" / "logs"
+CATALOG = load_catalog(use_cache=False)
+
+
+def run(text: str):
+    return diagnose(CATALOG, [Source("<stdin>", None, None)], stdin=io.BytesIO(text.encode() + b"\n"))
+
+
+def _error_strings():
+    """(entry id, error string, every entry that lists it or a string containing it or contained in it)."""
+    listed = [(entry.id, s) for entry in CATALOG for s in entry.error_strings]
+    owners = defaultdict(set)
+    for _, s in listed:
+        for other_id, other in listed:
+            if s.lower() in other.lower() or other.lower() in s.lower():
+                owners[s].add(other_id)
+    return [(eid, s, frozenset(owners[s])) for eid, s in listed]
+
+
+@pytest.mark.parametrize("eid, text, owners", _error_strings(), ids=lambda v: v if isinstance(v, str) and
+                         len(v) < 6 else None)
+def test_every_error_string_alone_brings_its_entry_into_the_top_three(eid, text, owners):
+    """Each of the catalogue's own error strings, piped alone into diagnose, puts its entry in the top three
+    (as a match or a possible cause). A string that several entries list word for word can only bring
+    three of them: then the top three must all be among those entries."""
+    top = [f.id for f in run(text).findings][:3]
+    if len(owners) <= 3:
+        assert eid in top, (eid, text, top)
+    else:
+        assert top and set(top) <= owners, (eid, text, top)
+
+
+def test_coverage_figure():
+    hits = sum(eid in [f.id for f in run(text).findings][:3] for eid, text, _ in _error_strings())
+    total = len(_error_strings())
+    # 130 of 132 when measured (the two misses share their words with four other entries); was 48
+    assert hits >= total - 6
+
+
+@pytest.mark.parametrize("text", ["Hostfile contains a bad entry", "Mismatched collective detected",
+                                  "error: unrecognized arguments: --local-rank=0",
+                                  "FileExistsError: [Errno 17] File exists"])
+def test_the_four_the_issue_names_get_a_possible_cause(text):
+    d = run(text)
+    assert d.findings and d.findings[0].tier in ("match", "possible")
+
+
+@pytest.mark.parametrize("name", ["clean-mp-spawn-success.log", "clean-torchrun-2-procs-success.log",
+                                  "nccl-debug-info-healthy-init-8gpu.log",
+                                  "nccl-tests-allreduce-2gpu-completed-ok.log"])
+def test_clean_logs_get_no_guess(name):
+    d = diagnose(CATALOG, resolve([str(LOGS / "negative" / name)]))
+    assert d.findings == []
+
+
+@pytest.mark.parametrize("text", ["all good", "epoch 3 loss 0.25", "ModuleNotFoundError: No module named 'transformers'",
+                                  "SyntaxError: invalid syntax"])
+def test_no_guess_without_a_failure_of_distributed_training(text):
+    assert [f.id for f in run(text).findings if f.tier == "match"] == []
+    assert all(f.score < 0.3 for f in run(text).findings)
+
+
+def test_negatives_never_get_a_confident_match_and_guesses_stay_modest():
+    for path in sorted((LOGS / "negative").iterdir()):
+        d = diagnose(CATALOG, resolve([str(path)]))
+        assert [f.id for f in d.findings if f.tier == "match"] == [], path.name
+        assert all(f.score <= 0.6 for f in d.findings if f.tier == "possible")
+
+
+def test_possible_causes_come_from_failure_lines_only():
+    noisy = "\n".join([
+        "[2024-05-01 10:00:00] INFO using hostfile /job/hosts with 2 nodes",  # mentions an entry's words, no failure
+        "step 100 loss 2.1",
+        "step 200 loss 1.9",
+    ])
+    assert run(noisy).findings == []
+    failing = noisy + "\n[W socket.cpp:601] [c10d] The client socket has timed out after 60s while trying to connect " \
+                      "to (10.0.0.1, 29500)."
+    d = run(failing)
+    assert d.findings and all(f.tier == "possible" for f in d.findings)
+    assert all(any("timed out" in e.text for e in f.evidence) for f in d.findings)
+
+
+def test_possible_causes_are_kept_apart_in_text_markdown_and_json(cli_proc):
+    r = cli_proc("diagnose", input=b"Hostfile contains a bad entry\n")
+    assert r.code == 1
+    assert r.out.startswith("No known cause matched") and "Possibly:" in r.out.splitlines()[0]
+    assert "D6" in r.out and "possible" in r.out
+    md = cli_proc("diagnose", "--format", "markdown", input=b"Hostfile contains a bad entry\n")
+    assert md.code == 1 and "No known cause matched. Possibly:" in md.out and "(possible, score" in md.out
+    doc = json.loads(cli_proc("diagnose", "--json", input=b"Hostfile contains a bad entry\n").out)
+    assert doc["schema"] == "gpudoctor.diagnosis/2"
+    assert doc["findings"] and all(f["tier"] == "possible" for f in doc["findings"])
+    assert max(len(line) for line in r.out.splitlines()) <= 80
+
+
+def test_a_match_exits_0_and_every_finding_says_its_tier(cli_proc):
+    log = (LOGS / "D4" / "port-held-by-other-process.log").read_bytes()
+    r = cli_proc("diagnose", "--json", input=log)
+    assert r.code == 0
+    doc = json.loads(r.out)
+    assert doc["findings"][0]["tier"] == "match"
+    assert all(f["tier"] in ("match", "possible") for f in doc["findings"])

@@ -1,0 +1,393 @@
+"""Evidence from structure: where an error was raised names its cause (D16, D15, D3), hang stacks (D21, D19),
+error-code meanings, and which user functions count as rank-0-only."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.engine.diagnose import diagnose
+from gpudoctor.engine.errcodes import explain
+from gpudoctor.engine.gating import is_gated_function, is_rank0_branch
+from gpudoctor.engine.sources import Source, resolve
+from gpudoctor.kb.catalog import load_catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+LOGS = ROOT / "tests" / "data" / "logs"
+SP = "/opt/conda/lib/python3.10/site-packages"
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog(use_cache=False)
+
+
+def run(catalog, text: str):
+    return diagnose(catalog, [Source("<stdin>", None, None)], stdin=io.BytesIO(text.encode()))
+
+
+def matches(d):
+    return [f.id for f in d.findings if f.tier == "match"]
+
+
+def possible(d):
+    return [f.id for f in d.findings if f.tier == "possible"]
+
+
+# The frames DeepSpeed prints on the way into ZeRO's optimizer-state set-up (deepspeed/__init__.py initialize ->
+# runtime/engine.py _configure_optimizer -> _configure_zero_optimizer -> zero/stage_1_and_2.py __init__ ->
+# initialize_optimizer_states), as in deepspeedai/DeepSpeed #3335 and #237; the OOM line is torch's wording.
+ZERO_INIT_OOM = f"""[2024-03-02 10:11:12,100] [INFO] [engine.py:1450:_configure_zero_optimizer] Creating fp16 ZeRO stage 2 optimizer
+Traceback (most recent call last):
+  File "train.py", line 88, in <module>
+    model_engine, optimizer, _, _ = deepspeed.initialize(args=args, model=model, model_parameters=params)
+  File "{SP}/deepspeed/__init__.py", line 181, in initialize
+    engine = DeepSpeedEngine(args=args,
+  File "{SP}/deepspeed/runtime/engine.py", line 307, in __init__
+    self._configure_optimizer(optimizer, model_parameters)
+  File "{SP}/deepspeed/runtime/engine.py", line 1231, in _configure_optimizer
+    self.optimizer = self._configure_zero_optimizer(basic_optimizer)
+  File "{SP}/deepspeed/runtime/engine.py", line 1488, in _configure_zero_optimizer
+    optimizer = DeepSpeedZeroOptimizer(
+  File "{SP}/deepspeed/runtime/zero/stage_1_and_2.py", line 485, in __init__
+    self.initialize_optimizer_states()
+  File "{SP}/deepspeed/runtime/zero/stage_1_and_2.py", line 611, in initialize_optimizer_states
+    single_grad_partition = torch.zeros(int(self.partition_size[i]),
+torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.50 GiB (GPU 0; 79.15 GiB total capacity; 70.02 GiB already allocated)
+"""
+
+# the same place in a Rich traceback (as DeepSpeed #3335 shows it: paths and names wrapped inside the box)
+ZERO_INIT_OOM_RICH = """│ /home/u/env/lib/python3.8/site-packages/deepspeed/runtime/zero/stage_1_and_2.py:485 in __init__ │
+│ ❱  485 │   │   self.initialize_optimizer_states()                            │
+│ /home/u/env/lib/python3.8/sit │
+│ e-packages/deepspeed/runtime/zero/stage_1_and_2.py:611 in                    │
+│ initialize_optimizer_states                                                  │
+╰──────────────────────────────────────────────────────────────────────────────╯
+OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB (GPU 1; 23.69 GiB total capacity)
+"""
+
+# a different error raised in the same set-up (an Ascend NPU user's traceback of DeepSpeedExamples'
+# cifar10_deepspeed.py, shortened): not an OOM, so not D16
+ZERO_INIT_OTHER = f"""Traceback (most recent call last):
+  File "{SP}/deepspeed/runtime/engine.py", line 1473, in _configure_zero_optimizer
+    optimizer = DeepSpeedZeroOptimizer(
+  File "{SP}/deepspeed/runtime/zero/stage_1_and_2.py", line 355, in __init__
+    self._update_model_bit16_weights(i)
+  File "{SP}/torch/_utils.py", line 534, in _unflatten_dense_tensors
+    return torch._C._nn.unflatten_dense_tensors(flat, tensors)
+NotImplementedError: Could not run 'npu::npu_format_cast' with arguments from the 'CPU' backend.
+"""
+
+# an OOM in the optimizer step of a ZeRO run (frames as in OpenRLHF's traceback through stage_1_and_2.step)
+ZERO_STEP_OOM = f"""[INFO] [stage_1_and_2.py:150:__init__] Reduce bucket size 500000000
+Traceback (most recent call last):
+  File "{SP}/deepspeed/runtime/engine.py", line 2110, in _take_model_step
+    self.optimizer.step()
+  File "{SP}/deepspeed/runtime/zero/stage_1_and_2.py", line 1853, in step
+    scaled_global_grad_norm = self.scaled_global_norm()
+  File "{SP}/deepspeed/runtime/zero/stage_1_and_2.py", line 1794, in scaled_global_norm
+    norm_groups.append(self.get_grad_norm_direct(self.averaged_gradients[i], self.params_in_partition[i]))
+torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; 79.15 GiB total capacity)
+[INFO] Creating fp16 ZeRO stage 2 optimizer
+"""
+
+FSDP_SAVE_OOM = f"""[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/train_fsdp.py", line 141, in save
+[rank0]:     with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=False)):
+[rank0]:   File "/work/train_fsdp.py", line 142, in save
+[rank0]:     state = model.state_dict()
+[rank0]:   File "{SP}/torch/nn/modules/module.py", line 1939, in state_dict
+[rank0]:     hook_result = hook(self, destination, prefix, local_metadata)
+[rank0]:   File "{SP}/torch/distributed/fsdp/_state_dict_utils.py", line 715, in _post_state_dict_hook
+[rank0]:     processed_state_dict = _post_state_dict_hook_fn[fsdp_state._state_dict_type](module, fsdp_state, state_dict, prefix)
+[rank0]:   File "{SP}/torch/distributed/fsdp/_state_dict_utils.py", line 297, in _full_post_state_dict_hook
+[rank0]:     return _common_unshard_post_state_dict_hook(
+[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.95 GiB. GPU 0 has a total capacity of 39.39 GiB
+"""
+
+
+def test_oom_in_zero_optimizer_state_setup_names_d16(catalog):
+    d = run(catalog, ZERO_INIT_OOM)
+    assert matches(d)[:1] == ["D16"]
+    top = d.findings[0]
+    assert "rule:zero-init-oom" in top.signatures
+    assert top.evidence[0].line == 17 and "OutOfMemoryError" in top.evidence[0].text
+    assert any(e.signature == "because" and "initialize_optimizer_states" in e.text for e in top.evidence)
+
+
+def test_the_same_place_in_a_rich_traceback_names_d16(catalog):
+    assert "D16" in matches(run(catalog, ZERO_INIT_OOM_RICH))
+
+
+def test_another_error_in_zero_setup_or_an_oom_in_the_step_is_not_a_d16_match(catalog):
+    assert "D16" not in matches(run(catalog, ZERO_INIT_OTHER))
+    d = run(catalog, ZERO_STEP_OOM)
+    assert "D16" not in matches(d)
+    assert possible(d)[:1] == ["D16"]  # an OOM under ZeRO makes the stage a possible cause, no more
+
+
+def test_oom_gathering_a_full_fsdp_state_dict_names_d15(catalog):
+    d = run(catalog, FSDP_SAVE_OOM)
+    assert matches(d)[:1] == ["D15"]
+    assert any("_full_post_state_dict_hook" in e.text for e in d.findings[0].evidence)
+
+
+@pytest.mark.parametrize("name", ["cuda-oom-single-gpu-t4-tqdm.log", "cuda-oom-single-gpu-outofmemoryerror-6gb.log",
+                                  "cuda-oom-single-gpu-detectron2-train-loop.log"])
+def test_single_gpu_oom_from_batch_size_is_no_confident_match(catalog, name):
+    d = diagnose(catalog, resolve([str(LOGS / "negative" / name)]))
+    assert matches(d) == []
+    assert all(f.score <= 0.6 for f in d.findings)  # guesses stay modest
+
+
+def _ordinal(call: str) -> str:
+    return f"""Traceback (most recent call last):
+  File "main.py", line 40, in <module>
+    {call}
+  File "{SP}/torch/cuda/__init__.py", line 404, in set_device
+    torch._C._cuda_setDevice(device)
+RuntimeError: CUDA error: invalid device ordinal
+"""
+
+
+@pytest.mark.parametrize("call", ["torch.cuda.set_device(rank)", "torch.cuda.set_device(args.rank)",
+                                  "torch.cuda.set_device(int(os.environ['RANK']))",
+                                  "torch.cuda.set_device(dist.get_rank())"])
+def test_invalid_ordinal_from_the_global_rank_is_d3(catalog, call):
+    d = run(catalog, _ordinal(call))
+    assert matches(d)[:1] == ["D3"]
+    assert any(e.signature == "because" and "global rank" in e.text for e in d.findings[0].evidence)
+
+
+@pytest.mark.parametrize("call", ["torch.cuda.set_device(args.local_rank)",
+                                  "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))",
+                                  "torch.cuda.set_device(local_rank)"])
+def test_invalid_ordinal_from_the_local_rank_is_not_d3(catalog, call):
+    d = run(catalog, _ordinal(call))
+    assert "D3" not in matches(d) and "D3" not in possible(d)
+    assert any(n.startswith("not D3") and "local rank" in n for n in d.notes)
+
+
+def test_a_real_local_rank_ordinal_error_rules_d3_out():
+    # hpcaitech/Open-Sora #40: colossalai.launch -> set_device(local_rank) on a machine with fewer GPUs
+    catalog = load_catalog(use_cache=False)
+    d = diagnose(catalog, resolve([str(LOGS / "D3" / "open-sora-40-colossalai-set-device-invalid-ordinal.log")]))
+    assert "D3" not in matches(d)
+    assert any("local rank" in n for n in d.notes)
+
+
+def _hang(tmp_path: Path, mode: str, port: int) -> Path:
+    out = tmp_path / mode
+    out.mkdir()
+    script = ROOT / "tests" / "data" / "gen" / "hang_stacks.py"
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", mode, str(out), str(port), "3"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in range(2)]
+    for p in procs:
+        try:
+            p.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_hang_stacks_real_gloo_ranks(tmp_path, catalog):
+    """Real faulthandler dumps of two gloo ranks: one in save_checkpoint while the other waits is D21;
+    ranks in different collectives is D19; both in the same place names nothing from the stacks."""
+    pytest.importorskip("torch")
+    saved = _hang(tmp_path, "save", _free_port())
+    d = diagnose(catalog, resolve([str(saved)]))
+    assert matches(d)[:1] == ["D21"], [(f.id, f.tier) for f in d.findings]
+    assert any("save_checkpoint" in e.text and "rank 0" in e.text for e in d.findings[0].evidence)
+    desync = _hang(tmp_path, "desync", _free_port())
+    d = diagnose(catalog, resolve([str(desync)]))
+    assert matches(d)[:1] == ["D19"]
+    assert {"all_reduce", "barrier"} <= {w for e in d.findings[0].evidence for w in ("all_reduce", "barrier")
+                                         if w in e.text}
+    same = _hang(tmp_path, "same", _free_port())
+    d = diagnose(catalog, resolve([str(same)]))
+    assert not {"D19", "D21"} & set(matches(d))
+
+
+@pytest.mark.parametrize("line, code", [
+    ("gpu-node2:2985003:2985024 [0] NCCL INFO transport/net.cc:1298 -> 6", "ncclRemoteError (6)"),
+    ("ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.",
+     "ncclSystemError (2)"),
+    ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled cuda error (run with NCCL_DEBUG=INFO for "
+     "details), NCCL version 2.14.3", "ncclUnhandledCudaError (1)"),
+    ("NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.18.1", "ncclInvalidUsage (5)"),
+    ("torch.distributed.DistBackendError: NCCL error: internal error - please report this issue to the NCCL developers",
+     "ncclInternalError (3)"),
+    ("ncclInvalidArgument: Invalid value for an argument.", "ncclInvalidArgument (4)"),
+    ("CUDA initialization: Unexpected error from cudaGetDeviceCount(). Error 802: system not yet initialized",
+     "cudaErrorSystemNotReady (802)"),
+    ("cuInit failed: CUDA_ERROR_SYSTEM_NOT_READY", "cudaErrorSystemNotReady (802)"),
+    ("NCCL WARN Cuda failure 217 'peer access is not supported between these two devices'",
+     "cudaErrorPeerAccessUnsupported (217)"),
+    ("RuntimeError: CUDA error: invalid device ordinal", "cudaErrorInvalidDevice (101)"),
+])
+def test_error_codes_are_explained(line, code):
+    assert code in [m.code for m in explain(line)]
+
+
+def test_plain_lines_have_no_error_code():
+    assert explain("epoch 3 loss 0.25 lr 1e-4 -> 6 steps") == []
+    assert explain("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB") == []
+
+
+def test_meanings_travel_with_the_evidence(cli_proc):
+    log = b"NCCL WARN Call to ibv_reg_mr failed\n" \
+          b"RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error (run with NCCL_DEBUG=INFO " \
+          b"for details), NCCL version 2.14.3\n"
+    doc = json.loads(cli_proc("diagnose", "--json", input=log).out)
+    meanings = [e["text"] for f in doc["findings"] for e in f["evidence"] if e["signature"] == "meaning"]
+    assert any(m.startswith("ncclSystemError (2)") for m in meanings)
+    assert len(meanings) == len(set(meanings))  # told once
+
+
+@pytest.mark.parametrize("name", ["save_checkpoint", "saveCheckpoint", "_save", "evaluate", "run_eval", "validate",
+                                  "val_step", "on_validation_epoch_end", "log_metrics", "export_onnx", "push_to_hub",
+                                  "evaluation_loop", "write_summary"])
+def test_rank0_only_function_names(name):
+    assert is_gated_function(name)
+
+
+@pytest.mark.parametrize("name", ["logits", "catalog", "latest", "login", "print_stats", "test_step", "train_step",
+                                  "forward", "log", "printer", "dialog_test", "report", "compute_logprob", "main",
+                                  "prevalence", "reduce_loss"])
+def test_ordinary_function_names_are_not_rank0_only(name):
+    assert not is_gated_function(name)
+
+
+def test_rank0_branches():
+    assert all(is_rank0_branch(s) for s in ("if rank == 0:", "if dist.get_rank() == 0:", "if args.local_rank in [-1, 0]:",
+                                            "if accelerator.is_main_process:", "if trainer.is_global_zero:",
+                                            "if not rank:"))
+    assert not any(is_rank0_branch(s) for s in ("model.save()", "if rank == 1:", "for rank in range(world):"))
+
+
+def _rank_tb(rank: int, caller: str, collective: str) -> str:
+    p = f"[rank{rank}]:"
+    return "\n".join([
+        f"{p} Traceback (most recent call last):",
+        f'{p}   File "/work/train.py", line 120, in <module>',
+        f"{p}     main()",
+        f'{p}   File "/work/train.py", line 77, in {caller}',
+        f"{p}     dist.{collective}(t)" if collective != "barrier" else f"{p}     dist.barrier()",
+        f'{p}   File "{SP}/torch/distributed/c10d_logger.py", line 83, in wrapper',
+        f"{p}     return func(*args, **kwargs)",
+        f'{p}   File "{SP}/torch/distributed/distributed_c10d.py", line 4159, in {collective}',
+        f"{p}     work.wait()",
+        f"{p} RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Timed out waiting 30000ms for recv "
+        f"operation to complete",
+        "",
+    ])
+
+
+def _signals(catalog, text: str) -> dict:
+    from gpudoctor.engine.diagnose import pattern_set
+    from gpudoctor.engine.ranks import RankAnalysis
+    from gpudoctor.engine.scan import Scanner
+
+    patterns = pattern_set(catalog)
+    scan = Scanner(patterns, use_hyperscan=False).scan(io.BytesIO(text.encode()), "job.log")
+    analysis = RankAnalysis(patterns, False)
+    analysis.add(Source("job.log", None, None), scan)
+    return analysis.finish()[2]
+
+
+@pytest.mark.parametrize("caller, gated", [("save_checkpoint", True), ("run_validation", True),
+                                           ("compute_logits", False), ("latest_batch", False),
+                                           ("print_progress", False)])
+def test_odd_rank_out_counts_as_gated_only_for_rank0_only_functions(catalog, caller, gated):
+    # ranks 0 and 1 time out in all_reduce from train_step; rank 2 alone waits in a barrier called from `caller`
+    text = _rank_tb(0, "train_step", "all_reduce") + _rank_tb(1, "train_step", "all_reduce") + \
+        _rank_tb(2, caller, "barrier")
+    signals = _signals(catalog, text)
+    assert signals.get("ranks-in-different-collectives")
+    assert bool(signals.get("collective-in-gated-path")) is gated
+
+
+def test_a_rank_waiting_outside_the_step_while_another_timed_out_inside_it_left_the_loop(catalog):
+    # rank 1 timed out in the step's all_reduce; rank 0 had left the loop and waits in the final barrier
+    text = _rank_tb(1, "train_step", "all_reduce") + _rank_tb(0, "main", "barrier")
+    assert _signals(catalog, text).get("rank-left-loop-early")
+    # every rank inside the step: nobody left
+    text = _rank_tb(1, "train_step", "all_reduce") + _rank_tb(0, "train_step", "all_reduce")
+    assert not _signals(catalog, text).get("rank-left-loop-early")
+    # a rank's own crash explains the wait instead
+    crash = "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"/work/train.py\", line 9, in main\n" \
+            "[rank0]:     x = batch[7]\n[rank0]: IndexError: list index out of range\n"
+    assert not _signals(catalog, _rank_tb(1, "train_step", "all_reduce") + crash).get("rank-left-loop-early")
+
+
+def test_nccl_on_loopback_across_two_hosts_is_mn2(catalog):
+    # horovod/horovod #789: NCCL picked lo next to eth0 on two containers
+    d = diagnose(catalog, resolve([str(LOGS / "MN2" / "horovod-789-nccl-uses-lo-connect-refused.log")]))
+    assert matches(d)[:1] == ["MN2"]
+    assert any(e.signature == "because" and e.text.startswith("lo:") and "2 hosts" in e.text
+               for e in d.findings[0].evidence)
+
+
+def _nccl_lines(hosts_and_ifaces) -> str:
+    return "".join(f"{h}:{100 + i}:{200 + i} [0] NCCL INFO NET/Socket : Using [0]{iface}<0>\n"
+                   f"{h}:{100 + i}:{200 + i} [0] NCCL INFO comm 0x5 rank {i} nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+                   for i, (h, iface) in enumerate(hosts_and_ifaces))
+
+
+def test_one_host_on_docker0_is_only_a_possible_mn2_and_real_nics_are_nothing():
+    from gpudoctor.engine.rules import interface_rule
+
+    one = interface_rule(_nccl_lines([("node1", "docker0:172.17.0.2")]), "job.log")
+    assert [(v.entry, v.tier) for v in one] == [("MN2", "possible")]
+    two = interface_rule(_nccl_lines([("node1", "docker0:172.17.0.2"), ("node2", "veth9:172.17.0.3")]), "job.log")
+    assert [(v.entry, v.tier) for v in two] == [("MN2", "match")]
+    assert interface_rule(_nccl_lines([("node1", "eth0:10.0.0.1"), ("node2", "ib0:10.1.0.2")]), "job.log") == []
+    old_style = "n1:1:2 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>\nn2:1:2 [0] NCCL INFO NET : Using " \
+                "interface lo:127.0.0.1<0>\n"
+    assert [(v.entry, v.tier) for v in interface_rule(old_style, "job.log")] == [("MN2", "match")]
+
+
+# `py-spy dump --pid` of two ranks, one after the other in one file (py-spy 0.3 prints innermost frame first,
+# "function (file:line)"; the process line carries the launcher's --local_rank)
+PYSPY = """Process 4242: /usr/bin/python3 train.py --local_rank=0
+Python v3.10.12 (/usr/bin/python3.10)
+
+Thread 4242 (idle): "MainThread"
+    all_gather_object (torch/distributed/distributed_c10d.py:2441)
+    wrapper (torch/distributed/c10d_logger.py:75)
+    save_checkpoint (train.py:52)
+    main (train.py:101)
+    <module> (train.py:120)
+Thread 4300 (idle): "Thread-1 (_pin_memory_loop)"
+    select (selectors.py:416)
+Process 4243: /usr/bin/python3 train.py --local_rank=1
+Python v3.10.12 (/usr/bin/python3.10)
+
+Thread 4243 (idle): "MainThread"
+    barrier (torch/distributed/distributed_c10d.py:3439)
+    wrapper (torch/distributed/c10d_logger.py:75)
+    main (train.py:104)
+    <module> (train.py:120)
+"""
+
+
+def test_py_spy_dumps_of_two_ranks(catalog):
+    from gpudoctor.engine.stacks import collective_of, parse_stacks
+
+    stacks = parse_stacks(PYSPY, "dump.txt")
+    assert [(s.rank, collective_of(s.frames)) for s in stacks] == [(0, "all_gather_object"), (1, "barrier")]
+    d = run(catalog, PYSPY)
+    assert matches(d)[:1] == ["D21"]
+    assert "inside save_checkpoint" in d.findings[0].evidence[0].text
