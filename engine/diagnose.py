@@ -243,7 +243,8 @@ def _weak_signatures(entries: dict, matched: dict, reported: set[str]) -> dict:
 
 def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str], texts: dict,
               hints: list, weak: dict) -> list[Finding]:
-    """Possible causes for a log that shows a failure: all of them when nothing matched, a strong few beside matches."""
+    """Possible causes for a log that shows a failure: word guesses only when nothing matched; beside a match, only
+    what the log's structure hints at (an OOM raised under ZeRO)."""
     from gpudoctor.engine.possible import LIMIT, LIMIT_BESIDE_MATCH, failure_lines, possible_findings
 
     entries = {e.id: e for e in catalog}
@@ -258,14 +259,10 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
     if not lines and not hinted:
         return []  # a weak signature alone, with no failure in sight, is no reason to guess
     matched |= {h.id for h in hinted}
-    limit = LIMIT if not findings else LIMIT_BESIDE_MATCH
-    found = possible_findings(catalog, lines, matched, limit, weak if not findings else None) if lines else []
-    if findings:
-        found = [f for f in found if f.score >= STRONG_POSSIBLE]
-    return (hinted + found)[:limit]
-
-
-STRONG_POSSIBLE = 0.5  # beside a confident finding, only a failure line that reads like the entry's own words
+    if findings:  # guesses from words beside a confident finding only distract (they add nothing to the top three)
+        return hinted[:LIMIT_BESIDE_MATCH]
+    found = possible_findings(catalog, lines, matched, LIMIT, weak) if lines else []
+    return (hinted + found)[:LIMIT]
 
 
 def _flight_signals(report, dump_names: list[str], signals: dict, verdict: list[str], ranks: list) -> None:
