@@ -259,10 +259,19 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
     if not lines and not hinted:
         return []  # a weak signature alone, with no failure in sight, is no reason to guess
     matched |= {h.id for h in hinted}
-    if findings:  # guesses from words beside a confident finding only distract (they add nothing to the top three)
-        return hinted[:LIMIT_BESIDE_MATCH]
+    if findings:
+        # beside a confident finding, word guesses only for a pasted error of a line or two (every entry that owns
+        # those words is a candidate); on a real log they add nothing to the top three and only distract
+        if sum(s.lines for _src, s in scans) > PASTE_LINES:
+            return hinted[:LIMIT_BESIDE_MATCH]
+        found = [f for f in possible_findings(catalog, lines, matched, LIMIT_BESIDE_MATCH) if f.score >= STRONG_POSSIBLE]
+        return (hinted + found)[:LIMIT_BESIDE_MATCH]
     found = possible_findings(catalog, lines, matched, LIMIT, weak) if lines else []
     return (hinted + found)[:LIMIT]
+
+
+PASTE_LINES = 3  # an input this short is a pasted error line, not a log
+STRONG_POSSIBLE = 0.5  # beside a confident finding, only a failure line that reads like the entry's own words
 
 
 def _flight_signals(report, dump_names: list[str], signals: dict, verdict: list[str], ranks: list) -> None:

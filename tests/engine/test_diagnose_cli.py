@@ -40,8 +40,11 @@ def test_only_possible_causes_exit_1(cli_proc):
 
 
 def test_top_limits_each_tier(cli_proc):
-    doc = json.loads(cli_proc("diagnose", "--json", "--top", "1", input=b"Hostfile contains a bad entry\n").out)
-    assert [f["tier"] for f in doc["findings"]] == ["possible"]
+    line = b"RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error, NCCL version 2.14.3\n"
+    wide = json.loads(cli_proc("diagnose", "--json", "--top", "5", input=line).out)
+    assert len(wide["findings"]) > 1 and {f["tier"] for f in wide["findings"]} == {"possible"}
+    doc = json.loads(cli_proc("diagnose", "--json", "--top", "1", input=line).out)
+    assert [f["id"] for f in doc["findings"]] == [wide["findings"][0]["id"]]
 
 
 def test_nothing_known_exits_1_and_says_so(cli_proc):

@@ -94,7 +94,7 @@ def test_fix_id_comes_from_the_catalogue_at_runtime(tmp_path):
     text = builtin.read_text()
     text = re.sub(r"(?m)^fix_actions:.*\n(?:[ -].*\n)*", "", text)
     text += ("fix_actions:\n  - id: call-set-epoch\n    kind: patch\n    safety: safe\n"
-             "    title: Call sampler.set_epoch(epoch) each epoch\n")
+             "    title: Call sampler.set_epoch(epoch) each epoch\n    patch: sampler-set-epoch\n")
     (kb / builtin.name).write_text(text)
     proc = run(BUGGY / "d22_sampler_without_set_epoch.py", "--json", "--select", "D22",
                env={"GPUDOCTOR_KB": str(kb), "XDG_CACHE_HOME": str(tmp_path / "cache")})
