@@ -17,6 +17,7 @@ COMMANDS = {
     "validate": "validate",
     "probe": "probe",
     "check": "check",
+    "tui": "tui",
 }
 
 DESCRIPTION = """\
@@ -74,8 +75,11 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     if not getattr(args, "command", None):
-        parser.print_help(stdout)
-        return 0
+        if argv or not (_isatty(sys.stdin) and _isatty(stdout)):
+            parser.print_help(stdout)  # no terminal (a pipe, CI): help, never a hang
+            return 0
+        args = parser.parse_args(["tui"])
+    args._out_stream = stdout
     out = Out.for_stream(stdout, args.color)
     err = Out.for_stream(stderr, args.color)
     args.err = err
@@ -87,6 +91,13 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     except KeyboardInterrupt:
         err.write("gpudoctor: interrupted")
         return EXIT_INTERRUPTED
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def entry() -> None:

@@ -32,6 +32,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N findings (default 5)")
     parser.add_argument("--probe", action="store_true",
                         help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
+    parser.add_argument("--tui", action="store_true", help="open the results in the interactive session")
 
 
 class _Progress:
@@ -96,6 +97,9 @@ def _options_from_evidence(findings) -> dict:
 
 
 def run(args, out) -> int:
+    if args.tui:
+        from gpudoctor.commands.tui import launch
+        return launch(args, args.paths or ["-"])
     from gpudoctor.engine.diagnose import diagnose
     from gpudoctor.engine.sources import InputError, resolve, stdin_is_terminal
 
