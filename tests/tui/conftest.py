@@ -35,3 +35,5 @@ async def wait_until(pilot, predicate, timeout: float = 20.0, what: str = "condi
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await pilot.pause(0.05)
+    await pilot.pause()  # let a screen that just appeared finish composing
+

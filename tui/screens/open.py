@@ -14,7 +14,7 @@ from textual.widgets import Button, DirectoryTree, Input, Label, TabbedContent, 
 class OpenScreen(ModalScreen[list[str] | None]):
     """Dismisses with the paths to read, or None. Pasted text is handed back as the key "text" via `pasted`."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "accept", "Open", priority=True)]
 
     def __init__(self, root: Path) -> None:
         super().__init__()
@@ -31,12 +31,17 @@ class OpenScreen(ModalScreen[list[str] | None]):
                 with TabPane("Paste text", id="tab-paste"):
                     yield TextArea(id="open-text", soft_wrap=False)
             with Horizontal(id="open-buttons"):
-                yield Label("enter opens the path · a directory opens every log in it", id="open-hint")
+                yield Label("enter or ctrl+s opens · a folder opens every log in it", id="open-hint")
                 yield Button("Open", id="open-ok", variant="primary", compact=True)
                 yield Button("Cancel", id="open-cancel", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#open-path", Input).focus()
+
+    @on(TabbedContent.TabActivated)
+    def tab_changed(self, event: TabbedContent.TabActivated) -> None:
+        target = "#open-text" if event.pane.id == "tab-paste" else "#open-path"
+        self.query_one(target).focus()
 
     @on(DirectoryTree.FileSelected)
     @on(DirectoryTree.DirectorySelected)
@@ -45,7 +50,7 @@ class OpenScreen(ModalScreen[list[str] | None]):
 
     @on(Input.Submitted, "#open-path")
     @on(Button.Pressed, "#open-ok")
-    def accept(self) -> None:
+    def action_accept(self) -> None:
         tabs = self.query_one("#open-tabs", TabbedContent)
         if tabs.active == "tab-paste":
             text = self.query_one("#open-text", TextArea).text

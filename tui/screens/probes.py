@@ -44,7 +44,12 @@ class ProbeScreen(Screen):
     def on_mount(self) -> None:
         from gpudoctor.probes import registry
 
-        self.sub_title = f"probes for {self.entry_id}" if self.entry_id else "check: every probe"
+        if self.entry_id:
+            self.sub_title = f"probes for {self.entry_id}"
+        elif self.probe_ids is None:
+            self.sub_title = "check: every probe"
+        else:
+            self.sub_title = "probes: " + ", ".join(self.probe_ids)
         if self.probe_ids is None:
             self.probes = list(registry.PROBES)
         else:
@@ -110,8 +115,7 @@ class ProbeScreen(Screen):
             counts[word] = counts.get(word, 0) + 1
         summary = ", ".join(f"{n} {w}" for w, n in counts.items())
         state = "cancelled: probe processes killed" if self.cancelled else "done"
-        self.query_one("#probe-status", Label).update(
-            f"{state} · {summary} · {time.monotonic() - self.started:.1f} s · enter shows a row")
+        self.query_one("#probe-status", Label).update(f"{state} · {summary} · enter shows a row")
         if "collectives" in self.results:
             self.show_detail("collectives")
 

@@ -21,6 +21,8 @@ class BusbwChart(PlotextPlot):
     BusbwChart { height: 1fr; min-height: 8; }
     """
 
+    points = 0
+
     def show(self, figures: dict) -> int:
         """Plot the sweep; returns the number of points drawn."""
         from gpudoctor.probes.sweep import human_bytes
@@ -33,8 +35,9 @@ class BusbwChart(PlotextPlot):
         plt.xlabel("message size")
         plt.ylabel("GB/s")
         if xs:
-            plt.plot(xs, ys, marker="braille")
+            plt.plot(xs, ys, marker="braille", color="cyan")
             ticks = xs[:: max(1, len(xs) // 6)]
             plt.xticks(ticks, [human_bytes(int(2 ** x)) for x in ticks])
+        self.points = len(xs)
         self.refresh()
-        return len(xs)
+        return self.points
