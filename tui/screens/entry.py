@@ -10,6 +10,7 @@ from textual.widgets import Button, Footer, Header, Label, Markdown
 
 
 class EntryScreen(Screen):
+    AUTO_FOCUS = "#entry-body"
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("p", "probes", "Run probes"),

@@ -35,6 +35,7 @@ def finding_option(n: int, finding) -> Option:
 
 
 class LogScreen(Screen):
+    AUTO_FOCUS = "#log"
     BINDINGS = [
         Binding("escape", "back", "Back / cancel"),
         Binding("n", "next_evidence", "Next evidence"),

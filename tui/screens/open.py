@@ -14,6 +14,7 @@ from textual.widgets import Button, DirectoryTree, Input, Label, TabbedContent, 
 class OpenScreen(ModalScreen[list[str] | None]):
     """Dismisses with the paths to read, or None. Pasted text is handed back as the key "text" via `pasted`."""
 
+    AUTO_FOCUS = "#open-path"
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "accept", "Open", priority=True)]
 
     def __init__(self, root: Path) -> None:

@@ -19,6 +19,7 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
 class ProbeScreen(Screen):
+    AUTO_FOCUS = "#probe-table"
     BINDINGS = [Binding("escape", "cancel_or_back", "Cancel / back"),
                 Binding("c", "chart", "Chart", show=False)]
 

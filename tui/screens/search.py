@@ -26,6 +26,7 @@ def entry_option(entry, score: float | None = None) -> Option:
 class SearchScreen(Screen):
     """Results update on every keystroke through the catalogue's own search (kb.search), typos tolerated."""
 
+    AUTO_FOCUS = "#query"
     BINDINGS = [
         Binding("down", "focus_results", "Results", show=False),
         Binding("escape", "clear", "Clear"),
@@ -35,6 +36,8 @@ class SearchScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.query_text = ""
+        self.shown_query = ""  # the query the list shows results for
+        self.open_pending = False  # enter was pressed before the results for the typed query came in
         self.last_search_s: float | None = None
 
     def compose(self) -> ComposeResult:
@@ -62,6 +65,7 @@ class SearchScreen(Screen):
         query = event.value.strip()
         self.query_text = query
         if not query:
+            self.shown_query = ""
             self.show_all()
             return
         catalog = self.app.catalog
@@ -79,6 +83,7 @@ class SearchScreen(Screen):
         if message.query != self.query_text:
             return  # an older query finished after a newer one was typed
         self.last_search_s = message.seconds
+        self.shown_query = message.query
         results = self.query_one("#results", OptionList)
         results.clear_options()
         entries = self.app.catalog.entries
@@ -89,6 +94,9 @@ class SearchScreen(Screen):
             preview.update(f"nothing matches {message.query!r}: try other words, or paste the first error line")
         else:
             self.show_preview(message.hits[0].id)
+        if self.open_pending:
+            self.open_pending = False
+            self.action_open_selected()
 
     @on(OptionList.OptionHighlighted, "#results")
     def highlighted(self, event: OptionList.OptionHighlighted) -> None:
@@ -109,6 +117,9 @@ class SearchScreen(Screen):
         self.action_open_selected()
 
     def action_open_selected(self) -> None:
+        if self.shown_query != self.query_text:
+            self.open_pending = True  # open the best result for what was typed, not the stale list
+            return
         results = self.query_one("#results", OptionList)
         if results.highlighted is not None:
             self.app.open_entry(results.get_option_at_index(results.highlighted).id)
