@@ -201,9 +201,7 @@ class LogScreen(Screen):
         self.evidence_pos = (self.evidence_pos + step) % len(evidence)
         ev = evidence[self.evidence_pos]
         self.jump(ev.file, ev.line)
-        self.query_one("#filebar", Label).update(
-            f"{ev.file} · evidence {self.evidence_pos + 1}/{len(evidence)} of {finding.id} at line {ev.line:,}"
-            " · n/N next/prev")
+        self.update_filebar()
 
     def jump(self, name: str, line: int) -> None:
         if name != self.current:
@@ -274,10 +272,16 @@ class LogScreen(Screen):
         if self.pending_jump and self.pending_jump[0] == logfile.name and message.lines >= self.pending_jump[1]:
             log.jump_to(self.pending_jump[1])
             self.pending_jump = None
-        if self.evidence_pos < 0:
-            self.update_filebar(message.complete)
+        self.update_filebar(message.complete)
 
     def update_filebar(self, complete: bool | None = None) -> None:
+        finding = self.finding
+        evidence = [ev for ev in finding.evidence if ev.line > 0] if finding else []
+        if evidence and 0 <= self.evidence_pos < len(evidence):
+            ev = evidence[self.evidence_pos]
+            self.query_one("#filebar", Label).update(
+                f"{finding.id} evidence {self.evidence_pos + 1}/{len(evidence)} (n/N) · line {ev.line:,} · {ev.file}")
+            return
         logfile = self.files.get(self.current)
         if logfile is None:
             return

@@ -22,9 +22,9 @@ class LogView(ScrollView, can_focus=True):
     DEFAULT_CSS = """
     LogView { background: $surface; }
     LogView > .logview--gutter { color: $text-muted; }
-    LogView > .logview--evidence { background: $warning 30%; text-style: bold; }
-    LogView > .logview--cursor { background: $accent 40%; }
-    LogView > .logview--cursor-evidence { background: $accent 60%; text-style: bold; }
+    LogView > .logview--evidence { background: $warning 35%; color: $foreground; text-style: bold; }
+    LogView > .logview--cursor { background: $accent 35%; color: $foreground; }
+    LogView > .logview--cursor-evidence { background: $accent 60%; color: $foreground; text-style: bold; }
     """
     BINDINGS = [
         Binding("up", "cursor(-1)", "Up", show=False),
@@ -105,11 +105,11 @@ class LogView(ScrollView, can_focus=True):
         gutter_w = len(str(max(self.lines_known, 1)))
         style = self.get_component_rich_style
         if number == self.cursor and number in self.evidence:
-            line_style = style("logview--cursor-evidence", partial=True)
+            line_style = style("logview--cursor-evidence")
         elif number == self.cursor and self.has_focus:
-            line_style = style("logview--cursor", partial=True)
+            line_style = style("logview--cursor")
         elif number in self.evidence:
-            line_style = style("logview--evidence", partial=True)
+            line_style = style("logview--evidence")
         else:
             line_style = Style()
         gutter = Segment(f"{number:>{gutter_w}} ", style("logview--gutter", partial=True))

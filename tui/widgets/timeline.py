@@ -23,7 +23,8 @@ def first_to_die(verdict: list[str]) -> int | None:
 def rank_rows(ranks: list, verdict: list[str]) -> list[dict]:
     """Per rank: progress 0..1, what it last did, and its mark; collectives when every rank counts them."""
     first = first_to_die(verdict)
-    by_collective = ranks and all(r.last_completed is not None for r in ranks)
+    by_collective = bool(ranks) and all(r.last_completed is not None for r in ranks)
+    positioned = by_collective or any(r.last_line for r in ranks)
     if by_collective:
         top = max(r.last_completed for r in ranks) or 1
     else:
@@ -38,7 +39,7 @@ def rank_rows(ranks: list, verdict: list[str]) -> list[dict]:
                 "lost-peer": "lost peer", "missing": "no log", "no-init": "no init"}.get(r.status, "")
         if first is not None and r.rank == first:
             note = "died first"
-        rows.append({"rank": r.rank, "progress": reached / top, "where": where, "status": r.status, "note": note,
+        rows.append({"rank": r.rank, "progress": reached / top if positioned else None, "where": where, "status": r.status, "note": note,
                      "first": first is not None and r.rank == first})
     return rows
 
@@ -69,14 +70,14 @@ class RankTimeline(Widget):
         for n, row in enumerate(self.rows):
             if n:
                 out.append("\n")
-            filled = round(row["progress"] * bar_w)
+            filled = round((row["progress"] or 0) * bar_w)
             mark, style = _MARKS.get(row["status"], ("", ""))
             if row["first"]:
                 mark, style = "✗", "bold red"
             colour = "red" if row["status"] == "died" else "yellow" if row["status"] == "behind" else "green"
             out.append(f"{'rank ' + str(row['rank']):<{label_w}}")
             out.append("█" * filled, style=colour)
-            out.append("░" * (bar_w - filled), style="dim")
+            out.append(("░" if row["progress"] is not None else " ") * (bar_w - filled), style="dim")
             out.append(f" {mark:1} ", style=style)
             tail = f"{row['where']} {row['note']}".strip()
             out.append(tail[:tail_w], style=style or "dim")

@@ -1,0 +1,101 @@
+"""One snapshot per screen at 80x24 (and the search in the light theme); SVGs under __snapshots__."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.tui.screens.confirm import ConfirmScreen
+from gpudoctor.tui.screens.entry import EntryScreen
+from gpudoctor.tui.screens.help import HelpScreen
+from gpudoctor.tui.screens.logs import LogScreen
+from gpudoctor.tui.screens.open import OpenScreen
+from gpudoctor.tui.screens.probes import ProbeScreen
+
+from .conftest import ROOT, wait_until
+
+SIZE = (80, 24)
+
+
+@pytest.fixture(autouse=True)
+def _in_repo_root(monkeypatch):
+    monkeypatch.chdir(ROOT)  # paths on screen are relative, so the pictures do not depend on the checkout
+    monkeypatch.delenv("NO_COLOR", raising=False)  # the pictures show the themes' colours
+
+
+def test_search_screen(snap_compare, make):
+    async def before(pilot):
+        await pilot.press(*"hangs at the end of the epoch")
+        await wait_until(pilot, lambda: pilot.app.screen.shown_query == "hangs at the end of the epoch")
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_search_screen_light_theme(snap_compare, make):
+    async def before(pilot):
+        pilot.app.theme = "textual-light"
+        await pilot.press(*"address already in use")
+        await wait_until(pilot, lambda: pilot.app.screen.shown_query == "address already in use")
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_entry_screen(snap_compare, make):
+    async def before(pilot):
+        pilot.app.open_entry("D8")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, EntryScreen))
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_log_screen(snap_compare, make):
+    async def before(pilot):
+        pilot.app.open_logs(["tests/data/logs/D8/aux-head-unused-torchrun.log"])
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, LogScreen)
+                         and pilot.app.screen.diagnosis is not None and pilot.app.screen.files)
+        await pilot.pause(0.3)
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_log_screen_per_rank_timeline(snap_compare, make):
+    async def before(pilot):
+        pilot.app.open_logs(["examples/rank-crash-then-timeout"])
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, LogScreen)
+                         and pilot.app.screen.diagnosis is not None and pilot.app.screen.files)
+        await pilot.pause(0.3)
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_probe_screen(snap_compare, make):
+    async def before(pilot):
+        pilot.app.run_probes(["fabric"])  # needs an NVIDIA driver: skipped here without starting a process
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, ProbeScreen) and pilot.app.screen.finished)
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_open_screen(snap_compare, make):
+    async def before(pilot):
+        pilot.app.push_screen(OpenScreen(Path("tests/data/logs/D8")))
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, OpenScreen))
+        await pilot.pause(0.5)  # the directory tree loads in its own worker
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_help_screen(snap_compare, make):
+    async def before(pilot):
+        await pilot.press("f1")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_confirm_screen(snap_compare, make):
+    async def before(pilot):
+        pilot.app.push_screen(ConfirmScreen("Apply 1 edit to train.py?", "a backup is kept; u undoes it"))
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen))
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
