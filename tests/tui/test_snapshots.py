@@ -80,7 +80,10 @@ def test_open_screen(snap_compare, make):
     async def before(pilot):
         pilot.app.push_screen(OpenScreen(Path("tests/data/logs/D8")))
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, OpenScreen))
-        await pilot.pause(0.5)  # the directory tree loads in its own worker
+        tree = pilot.app.screen.query_one("#open-tree")
+        listed = len(list(Path("tests/data/logs/D8").iterdir()))
+        await wait_until(pilot, lambda: len(tree.root.children) == listed, what="the tree, loaded in its own worker")
+        await pilot.pause(1.0)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
