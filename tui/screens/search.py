@@ -38,6 +38,8 @@ class SearchScreen(Screen):
         self.query_text = ""
         self.shown_query = ""  # the query the list shows results for
         self.open_pending = False  # enter was pressed before the results for the typed query came in
+        self.searching = False  # one search at a time: keystrokes typed meanwhile coalesce into the next
+        self.painted_query = ""  # the query whose results are on screen (after the repaint)
         self.last_search_s: float | None = None
 
     def compose(self) -> ComposeResult:
@@ -68,7 +70,12 @@ class SearchScreen(Screen):
             self.shown_query = ""
             self.show_all()
             return
+        if not self.searching:
+            self.start_search(query)
+
+    def start_search(self, query: str) -> None:
         catalog = self.app.catalog
+        self.searching = True
 
         def run() -> None:
             from gpudoctor.commands.search import MIN_SCORE
@@ -77,11 +84,17 @@ class SearchScreen(Screen):
             hits = [h for h in catalog.search_index().search(query, limit=LIMIT) if h.score >= MIN_SCORE]
             self.post_message(SearchDone(query, hits, time.perf_counter() - start))
 
-        background(self, run, name="search")
+        background(self, run, name="search", exclusive=False)
+
+    def on_work_failed(self, message) -> None:
+        self.searching = False
 
     def on_search_done(self, message: SearchDone) -> None:
+        self.searching = False
         if message.query != self.query_text:
-            return  # an older query finished after a newer one was typed
+            if self.query_text:
+                self.start_search(self.query_text)  # what was typed while this one ran
+            return
         self.last_search_s = message.seconds
         self.shown_query = message.query
         results = self.query_one("#results", OptionList)
@@ -89,6 +102,7 @@ class SearchScreen(Screen):
         entries = self.app.catalog.entries
         results.add_options([entry_option(entries[h.id], h.score) for h in message.hits if h.id in entries])
         results.highlighted = 0 if results.option_count else None
+        self.call_after_refresh(setattr, self, "painted_query", message.query)
         preview = self.query_one("#preview", Static)
         if not message.hits:
             preview.update(f"nothing matches {message.query!r}: try other words, or paste the first error line")
