@@ -10,6 +10,7 @@ from typing import Callable
 
 BLOCK = 1 << 16  # the index keeps the newline count at each 64 KiB block: 16,384 numbers for 1 GiB
 READ = 1 << 24  # indexing reads 16 MiB at a time with pread, so the mapping's pages never count as ours
+FIRST_READ = 1 << 18  # the first read is small: the first screenful is readable within milliseconds
 MAX_LINE_CHARS = 4096  # longer lines are cut for display (the whole line stays in the file)
 
 
@@ -50,7 +51,8 @@ class LogFile:
         while offset < self.size:
             if cancelled():
                 raise Cancelled()
-            data = os.pread(fd, min(READ, self.size - offset), offset)
+            want = READ if offset else min(READ, max(FIRST_READ, BLOCK))
+            data = os.pread(fd, min(want, self.size - offset), offset)
             if not data:
                 break
             counts = array("q")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import time
 from dataclasses import replace
 
@@ -24,6 +25,7 @@ from gpudoctor.tui.widgets.timeline import RankTimeline
 from gpudoctor.tui.work import Cancelled, background
 
 PROGRESS_EVERY_S = 0.1
+FIRST_LINES_WAIT_S = 1.0  # the diagnosis waits this long at most for the log's first lines to be on screen
 
 
 def finding_option(n: int, finding) -> Option:
@@ -61,6 +63,7 @@ class LogScreen(Screen):
         self.index_workers: dict[str, object] = {}
         self.diagnosis_seconds: float | None = None
         self.pending_jump: tuple[str, int] | None = None
+        self.first_lines = threading.Event()  # set once the log view has lines: the scan may take the cores
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -84,6 +87,7 @@ class LogScreen(Screen):
     # --- the diagnosis worker ----------------------------------------------------
     def start_diagnosis(self) -> None:
         catalog, names, paths, text = self.app.catalog, dict(self.app.names), list(self.paths), self.text
+        first_lines = self.first_lines
 
         def run() -> None:
             from gpudoctor.engine.diagnose import diagnose
@@ -103,6 +107,7 @@ class LogScreen(Screen):
                 self.post_message(WorkFailed("diagnosis", str(exc)))
                 return
             self.post_message(SourcesResolved(sources))
+            first_lines.wait(FIRST_LINES_WAIT_S)
             total = sum(s.size or 0 for s in sources) or None
             done = [0, 0.0]
 
@@ -162,6 +167,7 @@ class LogScreen(Screen):
             self.select_finding(0)
 
     def on_work_failed(self, message: WorkFailed) -> None:
+        self.first_lines.set()
         self.query_one("#progress").display = False
         self.query_one("#status", Label).update(Text(message.error, style="bold red"))
 
@@ -269,6 +275,8 @@ class LogScreen(Screen):
         if log.logfile is not logfile:
             log.show_file(logfile, self.evidence_lines(logfile.name))
         log.grow(message.lines)
+        if message.lines or message.complete:
+            self.call_after_refresh(self.first_lines.set)
         if self.pending_jump and self.pending_jump[0] == logfile.name and message.lines >= self.pending_jump[1]:
             log.jump_to(self.pending_jump[1])
             self.pending_jump = None
