@@ -32,7 +32,7 @@ class OpenScreen(ModalScreen[list[str] | None]):
                 with TabPane("Paste text", id="tab-paste"):
                     yield TextArea(id="open-text", soft_wrap=False)
             with Horizontal(id="open-buttons"):
-                yield Label("enter or ctrl+s opens · a folder opens every log in it", id="open-hint")
+                yield Label("enter or ctrl+s opens; a folder: every log", id="open-hint")
                 yield Button("Open", id="open-ok", variant="primary", compact=True)
                 yield Button("Cancel", id="open-cancel", compact=True)
 
