@@ -18,6 +18,7 @@ COMMANDS = {
     "probe": "probe",
     "check": "check",
     "tui": "tui",
+    "fix": "fix",
 }
 
 DESCRIPTION = """\

@@ -7,6 +7,8 @@ from typing import Any
 
 from gpudoctor.kb.model import (
     DERIVED_SIGNALS,
+    FIX_FACTS,
+    FIX_TRANSFORMS,
     SECTIONS,
     Entry,
     FixAction,
@@ -284,9 +286,53 @@ def _parse_fix_actions(c: _Checker, raw: Any) -> tuple[FixAction, ...]:
         safety = c.text(item["safety"], f"{where}.safety")
         if safety not in FIX_SAFETY:
             raise c.fail(f"{where}.safety", f"expected one of {', '.join(FIX_SAFETY)}, got {safety!r}")
-        params = tuple(sorted((k, _freeze(v)) for k, v in item.items() if k not in ("id", "kind", "safety", "title")))
+        params = _fix_params(c, item, kind, where)
         out.append(FixAction(id=action_id, kind=kind, safety=safety, title=c.text(item["title"], f"{where}.title"), params=params))
     return tuple(out)
+
+
+_FIX_KEYS = {"id", "kind", "safety", "title", "why", "defaults", "env", "rewrite", "patch", "config"}
+_FIX_TRANSFORM_KEY = {"env": "env", "command": "rewrite", "patch": "patch", "config": "config"}
+
+
+def _fix_params(c: _Checker, item: dict, kind: str, where: str) -> tuple:
+    """The action's parameters: the one transform its kind needs, an optional `why` and fact `defaults`."""
+    for key in item:
+        if key not in _FIX_KEYS:
+            raise c.fail(f"{where}.{key}", f"unknown field (expected one of: {', '.join(sorted(_FIX_KEYS))})")
+    own = _FIX_TRANSFORM_KEY[kind]
+    for key in _FIX_TRANSFORM_KEY.values():
+        if key != own and key in item:
+            raise c.fail(f"{where}.{key}", f"not a field of a {kind} action (it takes '{own}')")
+    if item.get(own) is None:
+        raise c.fail(f"{where}.{own}", f"missing required field for a {kind} action")
+    if kind == "env":
+        env = item["env"]
+        if not isinstance(env, dict) or not env:
+            raise c.fail(f"{where}.env", f"expected a mapping of variable names to values, got {_kind(env)}")
+        for name, value in env.items():
+            if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise c.fail(f"{where}.env", f"{name!r} is not an environment variable name")
+            c.text(value, f"{where}.env.{name}")
+            for fact in re.findall(r"\{(\w+)\}", str(value)):
+                if fact not in FIX_FACTS:
+                    raise c.fail(f"{where}.env.{name}", f"unknown fact {{{fact}}} (known: {', '.join(FIX_FACTS)})")
+    else:
+        name = c.text(item[own], f"{where}.{own}")
+        if name not in FIX_TRANSFORMS[kind]:
+            raise c.fail(f"{where}.{own}", f"unknown {own} {name!r} (known: {', '.join(FIX_TRANSFORMS[kind])})")
+    if item.get("why") is not None:
+        c.text(item["why"], f"{where}.why")
+    if item.get("safety") != "safe" and not item.get("why"):
+        raise c.fail(f"{where}.why", "an unsafe or display-only action must say why")
+    defaults = item.get("defaults")
+    if defaults is not None:
+        if not isinstance(defaults, dict):
+            raise c.fail(f"{where}.defaults", f"expected a mapping of facts to values, got {_kind(defaults)}")
+        for fact in defaults:
+            if fact not in FIX_FACTS:
+                raise c.fail(f"{where}.defaults.{fact}", f"unknown fact (known: {', '.join(FIX_FACTS)})")
+    return tuple(sorted((k, _freeze(v)) for k, v in item.items() if k not in ("id", "kind", "safety", "title")))
 
 
 def _freeze(value: Any) -> Any:

@@ -76,6 +76,31 @@ class Signature:
     ignore_case: bool = False
 
 
+# The transforms a fix action may name, by kind; engine/fixes implements each one (a test checks both agree).
+FIX_TRANSFORMS = {
+    "command": ("torchrun-standalone", "torchrun-multinode", "free-port", "accelerate-multi-gpu", "deepspeed-launcher"),
+    "patch": ("device-from-local-rank", "find-unused-parameters", "join-uneven-inputs", "sync-batchnorm",
+              "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
+              "load-latest-checkpoint", "dataparallel-to-ddp"),
+    "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu"),
+}
+# The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.
+FIX_FACTS = {
+    "port": "the rendezvous port the log names",
+    "free_port": "a free port to move the job to",
+    "interface": "the network interface NCCL should use",
+    "world_size": "total number of processes",
+    "nproc": "processes per node",
+    "nnodes": "number of nodes",
+    "master_addr": "address of the rendezvous (head) node",
+    "rdzv_port": "port of the c10d rendezvous on the head node",
+    "job_id": "rendezvous id shared by every node",
+    "timeout_minutes": "collective timeout for init_process_group",
+    "checkpoint": "path of the checkpoint to resume from",
+    "ds_config": "DeepSpeed JSON config to pass to the launcher",
+}
+
+
 @dataclass(frozen=True)
 class FixAction:
     id: str

@@ -33,6 +33,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--probe", action="store_true",
                         help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
     parser.add_argument("--tui", action="store_true", help="open the results in the interactive session")
+    parser.add_argument("--script", metavar="FILE", help="end with the top finding's fix as a diff against this script")
+    parser.add_argument("--cmd", metavar="CMD", help="and with this launch command rewritten for it")
 
 
 class _Progress:
@@ -99,7 +101,7 @@ def _options_from_evidence(findings) -> dict:
 def run(args, out) -> int:
     if args.tui:
         from gpudoctor.commands.tui import launch
-        return launch(args, args.paths or ["-"])
+        return launch(args, args.paths or ["-"], script=getattr(args, "script", None))
     from gpudoctor.engine.diagnose import diagnose
     from gpudoctor.engine.sources import InputError, resolve, stdin_is_terminal
 
@@ -132,16 +134,28 @@ def run(args, out) -> int:
     result.findings = result.findings[: args.top]
     if args.probe and result.findings:
         result.probe_results = _run_probes(result.findings, args.err)
+    fix_plan = None
+    if args.script or args.cmd:  # the top finding's fix, filled with what the log gave away
+        from gpudoctor.commands.fix import emit_for_diagnosis, plan_for_diagnosis
+
+        fix_plan = plan_for_diagnosis(result, args, catalog)
     if fmt == "json":
         from gpudoctor.report import to_json
 
-        print_json(out, to_json(result))
+        payload = to_json(result)
+        if fix_plan is not None:
+            emit_for_diagnosis(fix_plan, fmt, out, payload)
+        print_json(out, payload)
     elif fmt == "markdown":
         from gpudoctor.report import render_markdown
 
         out.stream.write(render_markdown(result))
+        if fix_plan is not None:
+            emit_for_diagnosis(fix_plan, fmt, out)
     else:
         from gpudoctor.report import render_text
 
         render_text(result, out, catalog)
+        if fix_plan is not None:
+            emit_for_diagnosis(fix_plan, fmt, out)
     return EXIT_OK if result.findings else EXIT_NOTHING

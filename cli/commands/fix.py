@@ -1,0 +1,276 @@
+"""`gpudoctor fix`: an entry's fix as a plan and a diff (a dry run); apply it with --apply, undo with --undo."""
+from __future__ import annotations
+
+import textwrap
+
+from gpudoctor.common import load, print_json
+from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
+
+HELP = "show an entry's fix as a diff; apply it or undo it"
+DESCRIPTION = """\
+Show the fix of a catalogue entry as a plan: the diff against your training
+script or config, the rewritten launch command, the variables to export. Nothing
+is written unless you pass --apply, which writes the safe fixes (add --unsafe for
+the unsafe ones; display-only fixes are only shown). Before writing, every file
+is checked against the preview; a copy is kept and `gpudoctor fix --undo` puts
+the files back byte for byte.
+
+examples:
+  gpudoctor fix D22 --script train.py               # the diff, nothing written
+  gpudoctor fix D22 --script train.py --apply
+  gpudoctor fix --undo
+  gpudoctor fix D4 --cmd "torchrun --master-port=29500 --nproc-per-node=2 train.py"
+  gpudoctor fix MN2 --param interface=ens5 --env-file cluster.env --apply
+  gpudoctor fix --log logs/ --script train.py       # the top finding of the log
+
+safety: safe fixes are applied by --apply; unsafe ones change behaviour (each says
+why) and need --unsafe too; display-only ones are shown for you to adapt by hand.
+exit codes: 0 a plan shown, applied or undone; 1 nothing to fix with these inputs;
+2 usage or input error (no such file, not Python, a file changed since the preview,
+a fix that would leave a file that does not parse)
+environment: GPUDOCTOR_STATE_DIR holds the undo journal (default ~/.local/state/gpudoctor)"""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("id", nargs="?", metavar="ID", help="catalogue entry (D22, mn3, ...); omit with --log")
+    parser.add_argument("--script", metavar="FILE", help="training script to patch")
+    parser.add_argument("--config", metavar="FILE", help="ds_config.json or Accelerate YAML to patch")
+    parser.add_argument("--cmd", metavar="CMD", help='launch command to rewrite, e.g. "python train.py --lr 3e-4"')
+    parser.add_argument("--log", metavar="PATH", action="append", default=[],
+                        help="log(s) to take facts from (port, interface, world size, command); "
+                             "without ID, fix their top finding")
+    parser.add_argument("--param", metavar="KEY=VALUE", action="append", default=[],
+                        help="fill a fact by hand: port, interface, nproc, nnodes, world_size, master_addr, "
+                             "timeout_minutes, checkpoint, ... (repeatable)")
+    parser.add_argument("--probe", action="store_true",
+                        help="run the nic probe on this machine and name its data interface (MN2)")
+    parser.add_argument("--env-file", metavar="FILE", help="also write env fixes as export lines into FILE")
+    parser.add_argument("--apply", action="store_true", help="write the safe fixes (checked, backed up, undoable)")
+    parser.add_argument("--unsafe", action="store_true", help="with --apply, also write the unsafe fixes")
+    parser.add_argument("--undo", action="store_true", help="undo the last applied fix, byte for byte")
+
+
+def parse_params(items) -> dict:
+    from gpudoctor.kb.model import FIX_FACTS
+
+    facts = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise UserError(f"--param {item!r}: expected KEY=VALUE")
+        if key not in FIX_FACTS:
+            raise UserError(f"--param {key}: unknown (known: {', '.join(FIX_FACTS)})")
+        facts[key] = int(value) if value.strip().isdigit() else value.strip()
+    return facts
+
+
+def _diagnose_logs(paths, catalog, stdin=None):
+    from gpudoctor.engine.diagnose import diagnose
+    from gpudoctor.engine.sources import InputError, resolve
+
+    try:
+        return diagnose(catalog, resolve(paths), stdin=stdin)
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _probe_facts() -> dict:
+    """Facts a live probe on this machine gives: the fast network interface (nic)."""
+    from gpudoctor.engine.fixes.facts import interface_from_nic
+    from gpudoctor.probes import registry, runner
+
+    probe = registry.get("nic")
+    if probe is None:
+        return {}
+    [result] = runner.run_probes([probe], {})
+    interface = interface_from_nic(dict(result.figures))
+    return {"interface": interface} if interface else {}
+
+
+def run(args, out) -> int:
+    from gpudoctor.engine.fixes import FixError, plan_fix, plan_to_dict
+    from gpudoctor.engine.fixes.apply import apply_plan, undo_last
+
+    if args.undo:
+        if args.id or args.apply:
+            raise UserError("--undo takes no entry id and no --apply")
+        try:
+            res = undo_last()
+        except FixError as exc:
+            raise UserError(str(exc)) from None
+        if args.json:
+            print_json(out, {"schema": "gpudoctor.fixundo/1", "restored": list(res.restored), "journal": res.journal})
+        else:
+            for path in res.restored:
+                out.write(f"{out.style('restored', 'ok')} {path}")
+        return EXIT_OK
+    if args.unsafe and not args.apply:
+        raise UserError("--unsafe only makes sense with --apply")
+    catalog = load(args)
+    facts = {}
+    entry_id = args.id
+    if args.log:
+        from gpudoctor.engine.fixes import facts_from_diagnosis
+
+        diagnosis = _diagnose_logs(args.log, catalog)
+        facts = facts_from_diagnosis(diagnosis, logs=args.log)
+        if entry_id is None:
+            if not diagnosis.findings:
+                args.err.write("gpudoctor: nothing known matched in the log, so there is no fix to show")
+                return EXIT_NOTHING
+            entry_id = diagnosis.findings[0].id
+    if entry_id is None:
+        raise UserError("give an entry id (gpudoctor fix D22 --script train.py), or --log to fix its top finding")
+    if catalog.get(entry_id) is None:
+        raise UserError(f"unknown entry {entry_id!r} (see gpudoctor list)")
+    if args.probe:
+        facts.update(_probe_facts())
+    facts.update(parse_params(args.param))
+    try:
+        plan = plan_fix(catalog, entry_id, script=args.script, config=args.config, cmd=args.cmd, facts=facts,
+                        env_file=args.env_file)
+        result = apply_plan(plan, unsafe=args.unsafe) if args.apply else None
+    except FixError as exc:
+        raise UserError(str(exc)) from None
+    if args.json:
+        payload = plan_to_dict(plan)
+        payload["facts"] = {k: v for k, v in facts.items()}
+        if result is not None:
+            payload["applied"] = {"written": list(result.written), "unchanged": list(result.unchanged),
+                                  "skipped": [{"action": a, "why": w} for a, w in result.skipped],
+                                  "journal": result.journal}
+        print_json(out, payload)
+    else:
+        render_plan(plan, out, catalog)
+        _render_outcome(plan, result, out)
+    return EXIT_OK if plan.fixes else EXIT_NOTHING
+
+
+def _wrap(out, text: str, indent: str = "  ") -> None:
+    for line in textwrap.wrap(text, width=max(40, out.width), initial_indent=indent,
+                              subsequent_indent=indent + "  ", break_long_words=False,
+                              break_on_hyphens=False) or [""]:
+        out.write(line)
+
+
+def _head(out, prefix: str, styled: str, rest: str) -> None:
+    """A wrapped line whose first words are styled (styling after wrapping keeps the width right)."""
+    lines = textwrap.wrap(prefix + rest, width=max(40, out.width), subsequent_indent="  ")
+    if lines and lines[0].startswith(prefix):
+        lines[0] = styled + lines[0][len(prefix):]
+    for line in lines:
+        out.write(line)
+
+
+def render_diff(diff: str, out) -> None:
+    from gpudoctor.term import sanitize
+
+    for line in diff.splitlines():
+        shown = sanitize(line)
+        if line.startswith(("+++", "---")):
+            out.write(out.style(shown, "bold"))
+        elif line.startswith("@@"):
+            out.write(out.style(shown, "cyan"))
+        elif line.startswith("+"):
+            out.write(out.style(shown, "green"))
+        elif line.startswith("-"):
+            out.write(out.style(shown, "red"))
+        else:
+            out.write(shown)
+
+
+_SAFETY_STYLE = {"safe": "ok", "unsafe": "yellow", "display-only": "dim"}
+
+
+def render_plan(plan, out, catalog=None) -> None:
+    """The plan for a terminal: each fix with its safety, why, notes, command, exports and diff."""
+    from gpudoctor.engine.fixes.env import export_lines
+    from gpudoctor.term import sanitize
+
+    entry = catalog.get(plan.entry_id) if catalog is not None else None
+    head = f"Fix for {plan.entry_id}"
+    _head(out, head, out.style(head, "heading"), f": {entry.title}" if entry else "")
+    for fix in plan.fixes:
+        out.write()
+        tag = out.style(f"[{fix.safety}]", _SAFETY_STYLE.get(fix.safety, "bold"))
+        _head(out, f"[{fix.safety}] {fix.action_id}", f"{tag} {out.style(fix.action_id, 'id')}", f": {fix.title}")
+        if fix.why:
+            _wrap(out, f"why {fix.safety}: {fix.why}")
+        for note in fix.notes:
+            _wrap(out, f"- {sanitize(note)}")
+        if fix.commands:
+            out.write("  run:")
+            for command in fix.commands:
+                out.write("    " + out.style(sanitize(command), "code"))
+        if fix.env:
+            out.write("  export (on every node, before the launch):")
+            for line in export_lines(fix.env):
+                out.write("    " + out.style(sanitize(line), "code"))
+        if fix.edits:
+            render_diff(fix.diff(), out)
+    if plan.notes:
+        out.write()
+        for note in plan.notes:
+            _wrap(out, f"note: {sanitize(note)}", indent="")
+
+
+def _render_outcome(plan, result, out) -> None:
+    out.write()
+    if not plan.fixes:
+        out.write("nothing to fix with these inputs")
+        return
+    if result is None:
+        if any(f.edits for f in plan.fixes):
+            extra = " (--unsafe adds the unsafe ones)" if any(f.safety == "unsafe" and f.edits for f in plan.fixes) else ""
+            out.write(f"dry run: nothing written; --apply writes the safe fixes{extra}")
+        return
+    for path in result.written:
+        out.write(f"{out.style('wrote', 'ok')} {path}")
+    for path in result.unchanged:
+        out.write(f"unchanged {path} (already fixed)")
+    for action, why in result.skipped:
+        out.write(f"not applied {action}: {why}")
+    if result.written:
+        out.write("undo with: gpudoctor fix --undo")
+    elif not result.unchanged:
+        out.write("nothing written: no safe fix with a file edit" + (" (see --unsafe)" if result.skipped else ""))
+
+
+def plan_for_diagnosis(result, args, catalog):
+    """The fix for a diagnosis's top finding, filled with what its logs gave away (for diagnose --script/--cmd)."""
+    from gpudoctor.engine.fixes import FixError, facts_from_diagnosis, plan_fix
+
+    if not result.findings:
+        return None
+    facts = facts_from_diagnosis(result, logs=[p for p in getattr(args, "paths", []) if p != "-"])
+    try:
+        return plan_fix(catalog, result.findings[0].id, script=args.script, cmd=args.cmd, facts=facts)
+    except FixError as exc:
+        raise UserError(str(exc)) from None
+
+
+def emit_for_diagnosis(plan, fmt: str, out, payload=None) -> None:
+    """Append the plan to diagnose's output: a section in text or Markdown, a "fix" key in JSON."""
+    if plan is None:
+        return
+    if fmt == "json":
+        from gpudoctor.engine.fixes import plan_to_dict
+
+        payload["fix"] = plan_to_dict(plan)
+    elif fmt == "markdown":
+        out.stream.write(f"\n## Fix for {plan.entry_id}\n\n")
+        for fix in plan.fixes:
+            out.stream.write(f"- **{fix.action_id}** ({fix.safety}): {fix.title}\n")
+            for command in fix.commands:
+                out.stream.write(f"\n```bash\n{command}\n```\n")
+            if fix.edits:
+                out.stream.write(f"\n```diff\n{fix.diff()}```\n")
+        for note in plan.notes:
+            out.stream.write(f"- note: {note}\n")
+    else:
+        out.write()
+        render_plan(plan, out)
+        if any(f.edits for f in plan.fixes):
+            out.write()
+            out.write(f"apply with: gpudoctor fix {plan.entry_id} --script FILE --apply")

@@ -1,0 +1,18 @@
+"""Why a fix cannot be planned or applied: each carries a one-line message for the user."""
+from __future__ import annotations
+
+
+class FixError(Exception):
+    """A fix could not be planned or applied; the message names the file and what is wrong."""
+
+
+class NotApplicable(FixError):
+    """The file does not contain the pattern this fix rewrites (or already has the fix)."""
+
+
+class StaleFileError(FixError):
+    """A file changed between the preview and apply (or since the fix was applied, for undo)."""
+
+
+class BrokenResultError(FixError):
+    """The edited file would no longer parse; nothing was written."""

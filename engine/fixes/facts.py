@@ -1,0 +1,99 @@
+"""What a diagnosed log gives away for filling a fix: the port, the interface, the world size, the command."""
+from __future__ import annotations
+
+import os
+import re
+
+HEAD_BYTES = 256 << 10
+MAX_FILES = 64
+_CMD = re.compile(r"^(?:\$|\+|#)?\s*((?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:torchrun|accelerate launch|deepspeed|python3?(?:\.\d+)?)"
+                  r"\s+\S.*)$")
+_PORT_STRICT = re.compile(r"(?:\bport[:= ]+|MASTER_PORT=|--master[-_]port[= ])(\d{2,5})\b", re.I)
+_NCCL_IF = re.compile(r"NCCL INFO (?:Bootstrap|NET/Socket|NET) ?: Using (?:interface )?(?:\[\d+\])?([A-Za-z][\w.-]*):")
+_VIRTUAL_IF = re.compile(r"^(docker|virbr|veth|br-|lo$|cni|flannel|cali)")
+_WORLD = [re.compile(r"\bworld[_ ]size[=: ]+(\d+)", re.I), re.compile(r"\bnranks (\d+)"),
+          re.compile(r"\bdist_world_size=(\d+)")]
+_ADDR = re.compile(r"(?:MASTER_ADDR=|--master[-_]addr[= ]|--rdzv[-_]endpoint[= ])([\w.-]+)")
+_NNODES = re.compile(r"--nnodes[= ](\d+)")
+
+
+def _heads(paths) -> list[str]:
+    files: list[str] = []
+    for path in paths or ():
+        if os.path.isdir(path):
+            for root, _dirs, names in os.walk(path):
+                files += [os.path.join(root, n) for n in sorted(names)]
+        elif os.path.isfile(path):
+            files.append(path)
+    texts = []
+    for path in files[:MAX_FILES]:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
+        except OSError:
+            continue
+        if b"\0" not in head[:4096]:
+            texts.append(head.decode("utf-8", "replace"))
+    return texts
+
+
+def facts_from_text(texts, evidence=()) -> dict:
+    facts: dict = {}
+    virtual: list[str] = []
+    for line in evidence:
+        m = _PORT_STRICT.search(line)
+        if m and 0 < int(m.group(1)) < 65536:
+            facts.setdefault("port", int(m.group(1)))
+    for text in texts:
+        for line in text.splitlines():
+            if "cmd" not in facts:
+                m = _CMD.match(line.strip())
+                if m and (".py" in m.group(1) or "-m " in m.group(1)):
+                    facts["cmd"] = m.group(1).strip()
+            m = _NCCL_IF.search(line)
+            if m and _VIRTUAL_IF.match(m.group(1)) and m.group(1) not in virtual:
+                virtual.append(m.group(1))  # NCCL took a loopback, bridge or tunnel: exclude them all
+            if "port" not in facts:
+                m = _PORT_STRICT.search(line)
+                if m and 0 < int(m.group(1)) < 65536:
+                    facts["port"] = int(m.group(1))
+            if "world_size" not in facts:
+                for pattern in _WORLD:
+                    m = pattern.search(line)
+                    if m and int(m.group(1)) > 0:
+                        facts["world_size"] = int(m.group(1))
+                        break
+            if "master_addr" not in facts:
+                m = _ADDR.search(line)
+                if m and m.group(1) not in ("localhost", "127.0.0.1"):
+                    facts["master_addr"] = m.group(1)
+            if "nnodes" not in facts:
+                m = _NNODES.search(line)
+                if m:
+                    facts["nnodes"] = int(m.group(1))
+    if virtual:
+        facts["interface"] = "^" + ",".join(sorted(set(virtual) | {"lo", "docker0"}))
+    return facts
+
+
+def facts_from_diagnosis(diagnosis, logs=None) -> dict:
+    """Facts for fix planning from a diagnosis (its evidence and ranks) and the heads of its log files."""
+    evidence = [ev.text for f in getattr(diagnosis, "findings", ()) for ev in f.evidence]
+    facts = facts_from_text(_heads(logs), evidence)
+    ranks = [r for r in getattr(diagnosis, "ranks", ()) if getattr(r, "rank", None) is not None]
+    if "world_size" not in facts and len(ranks) > 1:
+        facts["world_size"] = len(ranks)
+    return facts
+
+
+_NOT_DATA_IF = re.compile(r"^(lo$|docker|virbr|veth|br-|ifb|tun|tap|cni|flannel|cali|wg|zt|dummy)")
+
+
+def interface_from_nic(figures: dict) -> str | None:
+    """The data interface to name for NCCL from the nic probe's figures: up, not virtual, fastest first."""
+    interfaces = figures.get("interfaces") or {}
+    up = [name for name, info in interfaces.items()
+          if (info or {}).get("state") in ("up", "unknown") and not _NOT_DATA_IF.match(name)]
+    if not up:
+        return None
+    return max(up, key=lambda n: (interfaces[n].get("speed_mbps") or 0, n in (figures.get("selected") or ())))

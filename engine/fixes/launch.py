@@ -1,0 +1,279 @@
+"""Launch command rewrites: parse a command with shlex, rebuild it in the launcher form a fix needs, check it."""
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+from dataclasses import dataclass, field
+
+from gpudoctor.engine.fixes.errors import FixError, NotApplicable
+
+# options of each launcher that take no value; every other option takes one (as --x=v or --x v)
+_FLAGS = {
+    "torchrun": {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"},
+    "accelerate": {"--multi_gpu", "--cpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--use_xpu",
+                   "--debug", "-m", "--module", "--no_python", "-q", "--quiet", "--same_network", "--tpu",
+                   "--dynamo_use_fullgraph", "--dynamo_use_dynamic"},
+    "deepspeed": {"--no_python", "--module", "--no_local_rank", "--force_multi", "--bind_cores_to_rank",
+                  "--elastic_training", "--no_ssh", "--no_ssh_check", "--save_pid", "--enable_each_rank_log"},
+    "python": {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v"},
+}
+# the environment a launcher sets for each worker: a hand-set copy in front of the command is dropped
+_LAUNCHER_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
+
+
+@dataclass
+class Launch:
+    """A launch command split into its parts."""
+
+    env: list[str]  # leading NAME=value words
+    launcher: str  # python | torchrun | accelerate | deepspeed
+    options: list[tuple[str, str | None]]  # the launcher's own options, in order; python's for plain python
+    script: str  # the script path, or the module name when module is set
+    module: bool = False
+    args: list[str] = field(default_factory=list)  # the script's own arguments
+
+    def option(self, *names: str) -> str | None:
+        keys = {_norm(n) for n in names}
+        for name, value in self.options:
+            if _norm(name) in keys:
+                return value if value is not None else ""
+        return None
+
+
+def _norm(option: str) -> str:
+    return option.replace("_", "-")
+
+
+def parse_launch(cmd: str) -> Launch:
+    """Split a launch command; FixError names what is wrong with it."""
+    try:
+        words = shlex.split(cmd, comments=False)
+    except ValueError as exc:
+        raise FixError(f"--cmd: cannot parse the command ({exc})") from None
+    env = []
+    while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+        env.append(words.pop(0))
+    if words and words[0] == "env":
+        words.pop(0)
+    if not words:
+        raise FixError("--cmd: no command given")
+    head = os.path.basename(words[0])
+    rest = words[1:]
+    if head.startswith("python"):
+        options, rest = _take_options(rest, "python", stop_at={"-m", "-c"})
+        if rest[:1] == ["-c"]:
+            raise FixError("--cmd: a `python -c` command has no script to launch")
+        if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
+            launcher, rest = "torchrun", rest[2:]
+        else:
+            return _finish(env, "python", options, rest)
+    elif head == "torchrun":
+        launcher = "torchrun"
+    elif head == "accelerate":
+        if rest[:1] != ["launch"]:
+            raise FixError("--cmd: expected `accelerate launch ...`")
+        launcher, rest = "accelerate", rest[1:]
+    elif head == "deepspeed":
+        launcher = "deepspeed"
+    else:
+        raise FixError(f"--cmd: {words[0]!r} is not a launcher gpudoctor knows (python, torchrun, accelerate, deepspeed)")
+    options, rest = _take_options(rest, launcher)
+    return _finish(env, launcher, options, rest)
+
+
+def _take_options(words: list[str], launcher: str, stop_at=frozenset()) -> tuple[list, list[str]]:
+    options: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(words) and words[i].startswith("-") and words[i] not in stop_at:
+        word = words[i]
+        if word == "--":
+            i += 1
+            break
+        if "=" in word and word.startswith("--"):
+            name, value = word.split("=", 1)
+            options.append((name, value))
+        elif word in _FLAGS[launcher]:
+            options.append((word, None))
+            if word in ("-m", "--module"):
+                i += 1
+                break
+        elif i + 1 < len(words):
+            options.append((word, words[i + 1]))
+            i += 1
+        else:
+            raise FixError(f"--cmd: option {word} needs a value")
+        i += 1
+    return options, words[i:]
+
+
+def _finish(env, launcher, options, rest) -> Launch:
+    module = False
+    if launcher == "python" and rest[:1] == ["-m"]:
+        module, rest = True, rest[1:]
+    elif any(name in ("-m", "--module") for name, _ in options):
+        module = True
+    if not rest:
+        raise FixError("--cmd: the command names no training script")
+    return Launch(env=env, launcher=launcher, options=options, script=rest[0], module=module, args=rest[1:])
+
+
+def _opts(pairs) -> list[str]:
+    return [name if value is None else f"{name}={value}" for name, value in pairs]
+
+
+def _kept(launch: Launch, launcher: str, drop: set[str]) -> list[str]:
+    """The launcher's own options that survive the rewrite (only when the launcher stays the same)."""
+    if launch.launcher != launcher:
+        return []
+    return _opts((n, v) for n, v in launch.options if _norm(n) not in {_norm(d) for d in drop} and n not in ("-m", "--module"))
+
+
+def _script_words(launch: Launch, launcher: str) -> list[str]:
+    head = []
+    if launch.module:
+        head = ["--module"] if launcher in ("torchrun", "deepspeed") else ["-m"]
+    return head + [launch.script] + launch.args
+
+
+def _env(launch: Launch) -> list[str]:
+    return [w for w in launch.env if w.split("=", 1)[0] not in _LAUNCHER_ENV]
+
+
+def free_port(avoid: int | None = None) -> int:
+    """A port nothing listens on now: the kernel picks it (a read of system state, nothing written)."""
+    for _ in range(20):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port != avoid:
+            return port
+    raise FixError("could not find a free port")
+
+
+def _count(facts: dict, *keys: str):
+    for key in keys:
+        if facts.get(key) not in (None, ""):
+            return facts[key]
+    return None
+
+
+def rewrite(cmd: str, how: str, facts: dict) -> tuple[str, list[str]]:
+    """The rewritten command and notes for the user; the result is parsed back and checked."""
+    launch = parse_launch(cmd)
+    notes: list[str] = []
+    build = _REWRITES[how]
+    words = build(launch, facts, notes)
+    new = shlex.join(words)
+    check(new, launch, words)
+    if new == shlex.join(shlex.split(cmd)):
+        raise NotApplicable(f"--cmd is already in the {how} form")
+    return new, notes
+
+
+def check(new: str, original: Launch, words: list[str]) -> None:
+    """The rebuilt command splits back into the same words and keeps the script and its arguments."""
+    if shlex.split(new) != words:
+        raise FixError(f"internal: the rewritten command does not split back into its words: {new}")
+    again = parse_launch(new)
+    kept = again.args[: len(original.args)]  # a rewrite may append (the deepspeed config), never drop or reorder
+    if (again.script, kept, again.module) != (original.script, original.args, original.module):
+        raise FixError(f"internal: the rewritten command lost the script or its arguments: {new}")
+
+
+_TORCHRUN_RDZV = {"--standalone", "--nnodes", "--nproc-per-node", "--master-port", "--master-addr", "--rdzv-backend",
+                  "--rdzv-endpoint", "--rdzv-id", "--node-rank", "--rdzv-conf"}
+
+
+def _torchrun_standalone(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
+    nproc = _count(facts, "nproc", "world_size") or launch.option("--nproc-per-node") or "gpu"
+    if launch.launcher == "python" and launch.options:
+        notes.append(f"python options {' '.join(_opts(launch.options))} dropped: torchrun starts the interpreter itself")
+    if nproc == "gpu":
+        notes.append("--nproc-per-node=gpu starts one process per visible GPU; give --param nproc=N to fix the count")
+    return [*_env(launch), "torchrun", "--standalone", "--nnodes=1", f"--nproc-per-node={nproc}",
+            *_kept(launch, "torchrun", _TORCHRUN_RDZV), *_script_words(launch, "torchrun")]
+
+
+def _torchrun_multinode(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
+    nnodes = _count(facts, "nnodes") or launch.option("--nnodes") or 2
+    nproc = _count(facts, "nproc") or launch.option("--nproc-per-node") or "gpu"
+    addr = _count(facts, "master_addr")
+    if not addr:
+        addr = "HEAD_NODE_IP"
+        notes.append("replace HEAD_NODE_IP with the address of one node that every node can reach "
+                     "(or give --param master_addr=...)")
+    port = _count(facts, "rdzv_port") or 29400
+    job = _count(facts, "job_id") or "job1"
+    notes.append("run this same command on every node")
+    return [*_env(launch), "torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--rdzv-id={job}",
+            "--rdzv-backend=c10d", f"--rdzv-endpoint={addr}:{port}",
+            *_kept(launch, "torchrun", _TORCHRUN_RDZV), *_script_words(launch, "torchrun")]
+
+
+def _free_port(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
+    busy = _count(facts, "port")
+    busy = int(busy) if str(busy or "").isdigit() else None
+    port = _count(facts, "free_port") or free_port(avoid=busy)
+    if launch.launcher == "torchrun":
+        nnodes = str(launch.option("--nnodes") or _count(facts, "nnodes") or "1")
+        if nnodes == "1":
+            notes.append("localhost:0 lets torchrun pick a free port when it starts")
+            drop = {"--master-port", "--master-addr", "--standalone", "--rdzv-backend", "--rdzv-endpoint", "--nnodes"}
+            return [*_env(launch), "torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", "--nnodes=1",
+                    *_kept(launch, "torchrun", drop), *_script_words(launch, "torchrun")]
+        notes.append(f"port {port} was free on this machine when planned; every node must use the same one")
+        return [*_env(launch), "torchrun", *_kept(launch, "torchrun", {"--master-port"}), f"--master-port={port}",
+                *_script_words(launch, "torchrun")]
+    if launch.launcher == "accelerate":
+        return [*_env(launch), "accelerate", "launch", *_kept(launch, "accelerate", {"--main_process_port"}),
+                f"--main_process_port={port}", *_script_words(launch, "accelerate")]
+    if launch.launcher == "deepspeed":
+        return [*_env(launch), "deepspeed", *_kept(launch, "deepspeed", {"--master_port"}), f"--master_port={port}",
+                *_script_words(launch, "deepspeed")]
+    env = [w for w in launch.env if not w.startswith("MASTER_PORT=")]
+    return [*env, f"MASTER_PORT={port}", *_python(launch)]
+
+
+def _python(launch: Launch) -> list[str]:
+    return ["python", *_opts(launch.options), *_script_words(launch, "python")]
+
+
+def _accelerate(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
+    nproc = _count(facts, "world_size", "nproc") or launch.option("--num_processes")
+    if nproc in (None, "", "1", 1):
+        nproc = None
+        notes.append("without --num_processes, accelerate starts one process per visible GPU")
+    config = facts.get("accelerate_config")
+    drop = {"--multi_gpu", "--num_processes", "--cpu", "--config_file"}
+    return [*_env(launch), "accelerate", "launch", "--multi_gpu", *([f"--num_processes={nproc}"] if nproc else []),
+            *([f"--config_file={config}"] if config else []),
+            *_kept(launch, "accelerate", drop), *_script_words(launch, "accelerate")]
+
+
+def _deepspeed(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
+    nproc = _count(facts, "nproc") or launch.option("--num_gpus")
+    nnodes = str(_count(facts, "nnodes") or "1")
+    words = [*_env(launch), "deepspeed"]
+    drop = {"--num_gpus", "--hostfile", "--num_nodes"}
+    if nnodes != "1":
+        words.append("--hostfile=hostfile")
+        notes.append("write `hostfile` with one `host slots=N` line per node, and check passwordless SSH to each")
+    if nproc:
+        words.append(f"--num_gpus={nproc}")
+    words += [*_kept(launch, "deepspeed", drop), *_script_words(launch, "deepspeed")]
+    ds_config = facts.get("ds_config")
+    if ds_config and "--deepspeed" not in launch.args and "--deepspeed_config" not in launch.args:
+        words += ["--deepspeed", str(ds_config)]
+    elif "--deepspeed" not in launch.args:
+        notes.append("the script must read its DeepSpeed config: pass --deepspeed ds_config.json (or --param ds_config=...)")
+    return words
+
+
+_REWRITES = {
+    "torchrun-standalone": _torchrun_standalone,
+    "torchrun-multinode": _torchrun_multinode,
+    "free-port": _free_port,
+    "accelerate-multi-gpu": _accelerate,
+    "deepspeed-launcher": _deepspeed,
+}

@@ -1,0 +1,23 @@
+"""Code patches by name: each takes (source, path, facts) and returns (new source, notes) or raises NotApplicable."""
+from __future__ import annotations
+
+import importlib
+
+# patch name -> "module:function" under this package; libcst is imported only when a patch runs
+PATCHES = {
+    "device-from-local-rank": "device:device_from_local_rank",
+    "find-unused-parameters": "ddp:find_unused_parameters",
+    "sync-batchnorm": "ddp:sync_batchnorm",
+    "init-timeout": "ddp:init_timeout",
+    "dataparallel-to-ddp": "ddp:dataparallel_to_ddp",
+    "join-uneven-inputs": "loops:join_uneven_inputs",
+    "sampler-set-epoch": "loops:sampler_set_epoch",
+    "load-latest-checkpoint": "loops:load_latest_checkpoint",
+    "collective-out-of-rank-branch": "ranks:collective_out_of_rank_branch",
+    "rank-zero-side-effects": "ranks:rank_zero_side_effects",
+}
+
+
+def get(name: str):
+    module_name, func = PATCHES[name].split(":")
+    return getattr(importlib.import_module(f"{__name__}.{module_name}"), func)

@@ -1,0 +1,187 @@
+"""DDP construction patches: D8 find_unused_parameters, D10 SyncBatchNorm, MN3 init timeout, P1 DataParallel -> DDP."""
+from __future__ import annotations
+
+import libcst as cst
+
+from gpudoctor.engine.fixes import cst as h
+from gpudoctor.engine.fixes.errors import NotApplicable
+
+D8_WARNING = ("# gpudoctor D8: find_unused_parameters=True can hide a real bug (an output",
+              "# that never reaches the loss) and walks the autograd graph every step")
+
+
+def _is_ddp(call: cst.Call) -> bool:
+    return h.last(h.call_name(call)) in ("DDP", "DistributedDataParallel")
+
+
+def find_unused_parameters(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    module = h.parse(text, path)
+
+    def wants(call):
+        arg = h.kwarg(call, "find_unused_parameters")
+        return _is_ddp(call) and (arg is None or h.code(arg.value) == "False")
+
+    def fix(call):
+        if not wants(call):
+            return None
+        if h.kwarg(call, "find_unused_parameters") is not None:
+            return call.with_changes(args=[a.with_changes(value=cst.Name("True"))
+                                           if a.keyword is not None and a.keyword.value == "find_unused_parameters"
+                                           else a for a in call.args])
+        return h.add_kwarg(call, "find_unused_parameters", cst.Name("True"))
+
+    changed = []
+
+    def rewrite(stmts, block):
+        out = []
+        for s in stmts:
+            if isinstance(s, cst.SimpleStatementLine) and any(wants(c) for c in h.calls(s)):
+                s = h.replace_calls(s, fix)
+                s = s.with_changes(leading_lines=[*s.leading_lines, *map(h.comment_line, D8_WARNING)])
+                changed.append(s)
+            out.append(s)
+        return out
+
+    module = h.rewrite_bodies(module, rewrite)
+    if not changed:
+        raise NotApplicable(f"{path}: no DistributedDataParallel(...) without find_unused_parameters=True")
+    return module.code, ["first look for an output that never reaches the loss: this flag hides it and costs a "
+                         "graph walk every step; TORCH_DISTRIBUTED_DEBUG=INFO names the unused parameters"]
+
+
+def _wrapped_name(call: cst.Call) -> str | None:
+    """`model` in DDP(model, ...) or DDP(model.to(device), ...)."""
+    if not call.args:
+        return None
+    value = call.args[0].value
+    while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda"):
+        value = value.func.value
+    return h.dotted(value) or None
+
+
+def sync_batchnorm(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    module = h.parse(text, path)
+    if "convert_sync_batchnorm" in text:
+        raise NotApplicable(f"{path}: already converts BatchNorm to SyncBatchNorm")
+    nn = h.nn_alias(module)
+    done = []
+
+    def inline(call):  # DDP(Net().cuda(gpu), ...): convert the model where it is built
+        if done or not _is_ddp(call) or not call.args:
+            return None
+        value = call.args[0].value
+        chain = []
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in ("to", "cuda"):
+            chain.append(value)
+            value = value.func.value
+        converted = h.expr(f"{nn}.SyncBatchNorm.convert_sync_batchnorm({h.code(value)})")
+        for link in reversed(chain):
+            converted = link.with_changes(func=link.func.with_changes(value=converted))
+        done.append("inline")
+        return call.with_changes(args=[call.args[0].with_changes(value=converted), *call.args[1:]])
+
+    def rewrite(stmts, block):
+        out = []
+        for s in stmts:
+            if not done and isinstance(s, cst.SimpleStatementLine):
+                ddp = [c for c in h.calls(s) if _is_ddp(c)]
+                name = _wrapped_name(ddp[0]) if ddp else None
+                if name:
+                    convert = h.stmt(f"{name} = {nn}.SyncBatchNorm.convert_sync_batchnorm({name})")
+                    out.append(convert.with_changes(leading_lines=s.leading_lines))
+                    s = s.with_changes(leading_lines=())
+                    done.append(name)
+                elif ddp:
+                    s = h.replace_calls(s, inline)
+            out.append(s)
+        return out
+
+    module = h.rewrite_bodies(module, rewrite)
+    if not done:
+        raise NotApplicable(f"{path}: no DistributedDataParallel(model, ...) call to convert before")
+    if nn == "torch.nn":
+        module = h.add_import(module, "import torch", "torch")
+    notes = ["SyncBatchNorm needs GPU modules and an initialised process group: convert only on the distributed path",
+             "every rank must now run the same forward passes (an eval on rank 0 alone would hang, D21)"]
+    if "BatchNorm" not in text:
+        notes.append("no BatchNorm layer is named in this file: check that the model has some")
+    return module.code, notes
+
+
+def init_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    module = h.parse(text, path)
+    minutes = int(facts.get("timeout_minutes") or 30)
+    names = h.imported_names(module)
+    timedelta = "timedelta" if "timedelta" in names or "datetime" not in names else "datetime.timedelta"
+    changed = []
+
+    def fix(call):
+        if h.last(h.call_name(call)) != "init_process_group" or h.kwarg(call, "timeout") is not None:
+            return None
+        changed.append(call)
+        return h.add_kwarg(call, "timeout", h.expr(f"{timedelta}(minutes={minutes})"))
+
+    module = h.replace_calls(module, fix)
+    if not changed:
+        raise NotApplicable(f"{path}: no init_process_group(...) call without timeout=")
+    if timedelta == "timedelta":
+        module = h.add_import(module, "from datetime import timedelta", "timedelta")
+    return module.code, [f"a collective now fails after {minutes} minutes instead of the backend's default "
+                         "(give --param timeout_minutes=N to choose); keep TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]
+
+
+def dataparallel_to_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    module = h.parse(text, path)
+    dist = h.dist_alias(module)
+    inited = "init_process_group" in text
+    done = []
+
+    def fix(call):
+        func = call.func
+        if done and isinstance(func, cst.Attribute) and func.attr.value in ("cuda", "to") \
+                and isinstance(func.value, cst.Call) and h.call_name(func.value) == "DDP":
+            return func.value  # DDP(...) already moved the model: drop the .cuda() DataParallel needed
+        if h.last(h.call_name(call)) != "DataParallel" or not call.args:
+            return None
+        done.append(call)
+        inner = h.code(call.args[0].value)
+        return h.expr(f"DDP({inner}.to(local_rank), device_ids=[local_rank])")
+
+    def rewrite(stmts, block):
+        out = []
+        for s in stmts:
+            if isinstance(s, cst.SimpleStatementLine) and any(h.last(h.call_name(c)) == "DataParallel" for c in h.calls(s)):
+                s = h.replace_calls(s, fix)
+                setup = [] if inited else [h.stmt(f'{dist}.init_process_group(backend="nccl")')]
+                setup += [h.stmt('local_rank = int(os.environ["LOCAL_RANK"])'),
+                          h.stmt("torch.cuda.set_device(local_rank)")]
+                setup[0] = setup[0].with_changes(leading_lines=s.leading_lines)
+                s = s.with_changes(leading_lines=())
+                out += setup
+            out.append(s)
+        return out
+
+    module = h.rewrite_bodies(module, rewrite)
+    if not done:
+        raise NotApplicable(f"{path}: no nn.DataParallel(...) to replace")
+    module = h.add_import(module, "import os", "os")
+    module = h.add_import(module, "import torch", "torch")
+    if dist == "torch.distributed":
+        module = h.add_import(module, "import torch.distributed as dist", "dist")
+        module = module.visit(_Rename("torch.distributed.init_process_group", "dist.init_process_group"))
+    module = h.add_import(module, "from torch.nn.parallel import DistributedDataParallel as DDP", "DDP")
+    return module.code, [
+        "launch with torchrun (one process per GPU) instead of python",
+        "batch_size is now per process, not global: divide it by the number of GPUs or recheck the learning rate (D11)",
+        "give each rank its own shard with a DistributedSampler (P3), drop the loss .mean() DataParallel needed, "
+        "and save model.module.state_dict() from rank 0 only",
+    ]
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, old: str, new: str):
+        super().__init__()
+        self.old, self.new = old, new
+
+    def leave_Attribute(self, original, updated):
+        return h.expr(self.new) if h.dotted(updated) == self.old else updated

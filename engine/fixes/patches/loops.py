@@ -1,0 +1,193 @@
+"""Training-loop patches: D9 the loop inside Join, D22 sampler.set_epoch, MN5 resume from the latest checkpoint."""
+from __future__ import annotations
+
+import json
+
+import libcst as cst
+
+from gpudoctor.engine.fixes import cst as h
+from gpudoctor.engine.fixes.errors import NotApplicable
+
+
+def _has_backward(node) -> bool:
+    return any(h.last(h.call_name(c)) == "backward" for c in h.calls(node))
+
+
+def _ddp_model(module: cst.Module) -> str | None:
+    for assign in h.m.findall(module, h.m.Assign()):
+        if isinstance(assign.value, cst.Call) and h.last(h.call_name(assign.value)) in ("DDP", "DistributedDataParallel"):
+            name = h.dotted(assign.targets[0].target)
+            if name:
+                return name
+    return None
+
+
+def join_uneven_inputs(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    module = h.parse(text, path)
+    if "Join(" in text or "join_uneven_inputs" in text:
+        raise NotApplicable(f"{path}: the loop already runs under Join")
+    model = _ddp_model(module)
+    if model is None:
+        raise NotApplicable(f"{path}: no `model = DDP(...)` to join")
+    done = []
+
+    def rewrite(stmts, block):
+        out = []
+        for s in stmts:
+            inner = [f for f in h.m.findall(s.body, h.m.For()) if _has_backward(f)] if isinstance(s, cst.For) else []
+            if isinstance(s, cst.For) and not inner and _has_backward(s.body) and not done:
+                done.append(s)
+                wrapped = cst.With(items=[cst.WithItem(item=h.expr(f"Join([{model}])"))],
+                                   body=cst.IndentedBlock(body=[s.with_changes(leading_lines=())]),
+                                   leading_lines=s.leading_lines)
+                out.append(wrapped)
+                continue
+            out.append(s)
+        return out
+
+    module = h.rewrite_bodies(module, rewrite)
+    if not done:
+        raise NotApplicable(f"{path}: no training loop (a for loop that calls backward) found")
+    module = h.add_import(module, "from torch.distributed.algorithms.join import Join", "Join")
+    return module.code, ["a rank that runs out of batches now shadows the others' collectives until all are done; "
+                         "with equal shards (DistributedSampler, same drop_last) it is not needed"]
+
+
+def _sampler_names(module: cst.Module) -> dict[str, object]:
+    """Variable -> the function that assigns it (None at module level), for each DistributedSampler."""
+    found = {}
+    for func in [None, *h.m.findall(module, h.m.FunctionDef())]:
+        body = module if func is None else func.body
+        for assign in h.m.findall(body, h.m.Assign()):
+            if isinstance(assign.value, cst.Call) and h.last(h.call_name(assign.value)) == "DistributedSampler":
+                name = h.dotted(assign.targets[0].target)
+                if name and name not in found:
+                    found[name] = func
+    return found
+
+
+def _epoch_loop(s) -> bool:
+    return (isinstance(s, cst.For) and isinstance(s.iter, cst.Call) and h.call_name(s.iter) == "range"
+            and bool(h.m.findall(s.body, h.m.For())))
+
+
+def sampler_set_epoch(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    module = h.parse(text, path)
+    if ".set_epoch(" in text:
+        raise NotApplicable(f"{path}: already calls set_epoch")
+    if "DistributedSampler" not in text:
+        raise NotApplicable(f"{path}: uses no DistributedSampler (see P3 for giving each rank its own shard)")
+    samplers = _sampler_names(module)
+    done = []
+
+    def rewrite(stmts, block):
+        out = []
+        for s in stmts:
+            if _epoch_loop(s) and not done:
+                target = s.target
+                if h.code(target) == "_":
+                    target = cst.Name("epoch")
+                    s = s.with_changes(target=target)
+                epoch = h.code(target)
+                local = [n for n, scope in samplers.items() if scope is None or scope is block.scope]
+                if local:
+                    sampler = local[0]
+                else:
+                    loader = h.dotted(h.m.findall(s.body, h.m.For())[0].iter)
+                    if not loader:
+                        out.append(s)
+                        continue
+                    sampler = f"{loader}.sampler"
+                call = h.stmt(f"{sampler}.set_epoch({epoch})")
+                s = s.with_changes(body=s.body.with_changes(body=[call, *s.body.body]))
+                done.append(sampler)
+            out.append(s)
+        return out
+
+    module = h.rewrite_bodies(module, rewrite)
+    if not done:
+        raise NotApplicable(f"{path}: no epoch loop (`for epoch in range(...)` around a loop over the loader) found")
+    return module.code, [f"{done[0]}.set_epoch(epoch) reseeds the shuffle so every epoch sees a new order"]
+
+
+def _saved_state(module: cst.Module):
+    """(save call, path expression, {key: target}) of a torch.save of a dict of state_dicts."""
+    for call in h.calls(module):
+        if h.call_name(call) not in ("torch.save", "save") or len(call.args) < 2:
+            continue
+        state = call.args[0].value
+        if not isinstance(state, cst.Dict):
+            continue
+        keys = {}
+        for el in state.elements:
+            if not isinstance(el, cst.DictElement) or not isinstance(el.key, cst.SimpleString):
+                continue
+            value = el.value
+            if isinstance(value, cst.Call) and h.last(h.call_name(value)) == "state_dict":
+                keys[el.key.evaluated_value] = h.dotted(value.func.value)
+            elif h.dotted(value):
+                keys[el.key.evaluated_value] = "=" + h.dotted(value)
+        path = call.args[1].value
+        for rep in h.calls(module):  # a save to a temp name renamed into place resumes from the final name
+            if h.last(h.call_name(rep)) in ("replace", "rename") and len(rep.args) == 2 \
+                    and rep.args[0].value.deep_equals(path):
+                path = rep.args[1].value
+        return call, path, keys
+    return None
+
+
+def load_latest_checkpoint(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    module = h.parse(text, path)
+    if "torch.load(" in text or ".load_state_dict(" in text:
+        raise NotApplicable(f"{path}: already loads a checkpoint")
+    found = _saved_state(module)
+    if found is None:
+        raise NotApplicable(f"{path}: saves no dict of state_dicts with torch.save; save the model, optimizer and "
+                            "epoch together first (MN5's steps)")
+    save, ckpt, keys = found
+    ckpt_code = facts.get("checkpoint") and repr(str(facts["checkpoint"])) or h.code(ckpt)
+    loads = [f"{target}.load_state_dict(checkpoint[{json.dumps(key)}])" for key, target in keys.items() if not target.startswith("=")]
+    if not loads:
+        raise NotApplicable(f"{path}: the saved dict holds no state_dict() to load back")
+    epoch_key = next((k for k, t in keys.items() if t.startswith("=") and "epoch" in t), None)
+    notes = []
+    done = []
+
+    def rewrite(stmts, block):
+        out = []
+        for s in stmts:
+            if _epoch_loop(s) and not done and any(c.deep_equals(save) for c in h.calls(s)):
+                loop_vars = {h.code(s.target)} | {h.dotted(t.target) for t in h.m.findall(s.body, h.m.AssignTarget())}
+                if any(h.uses_name(ckpt, v) for v in loop_vars if v):
+                    raise NotApplicable(f"{path}: the checkpoint name changes every epoch; save to one fixed path "
+                                        "(or give --param checkpoint=PATH) so a restart can find it")
+                body = [f"if os.path.exists({ckpt_code}):",
+                        f'    checkpoint = torch.load({ckpt_code}, map_location="cpu")',
+                        *[f"    {line}" for line in loads]]
+                head = [h.stmt("start_epoch = 0").with_changes(leading_lines=s.leading_lines)] if epoch_key else []
+                if epoch_key:
+                    body.append(f'    start_epoch = checkpoint[{json.dumps(epoch_key)}] + 1')
+                    args = s.iter.args
+                    if len(args) == 1 or (len(args) == 2 and h.code(args[0].value) == "0"):
+                        s = s.with_changes(iter=s.iter.with_changes(
+                            args=[cst.Arg(h.expr("start_epoch"), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                                  args[-1]]))
+                    else:
+                        notes.append("the epoch loop does not start at 0: make it start at start_epoch")
+                else:
+                    notes.append("the checkpoint holds no epoch: store it too, or training restarts its epoch count")
+                cond = cst.parse_statement("\n".join(body) + "\n")
+                if not head:
+                    cond = cond.with_changes(leading_lines=s.leading_lines)
+                out += [*head, cond, s.with_changes(leading_lines=())]
+                done.append(s)
+                continue
+            out.append(s)
+        return out
+
+    module = h.rewrite_bodies(module, rewrite)
+    if not done:
+        raise NotApplicable(f"{path}: no epoch loop around the torch.save to resume")
+    module = h.add_import(module, "import os", "os")
+    notes.append("a restarted worker (torchrun --max-restarts) now resumes from the newest checkpoint")
+    return module.code, notes

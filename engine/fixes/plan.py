@@ -1,0 +1,141 @@
+"""Plan an entry's fixes against the user's script, config and command: pure, reads files and never writes."""
+from __future__ import annotations
+
+import ast
+import os
+
+from gpudoctor.engine.fixes import env as envfix
+from gpudoctor.engine.fixes.errors import FixError, NotApplicable
+from gpudoctor.engine.fixes.model import SAFETY_ORDER, FileEdit, FixPlan, PlannedFix, sha256_text
+
+# what each kind of action needs from the user, for the note when it is missing
+_NEEDS = {"command": "--cmd \"...\" (the launch command)", "patch": "--script train.py", "config": "--config FILE"}
+BOM = "\ufeff"
+_CONFIG_TYPES = {"ds-auto": (".json",), "ds-drop-global-batch": (".json",), "accelerate-multi-gpu": (".yaml", ".yml")}
+
+
+def read_text(path: str, what: str) -> str | None:
+    """A file's text, None when it does not exist (an env file to create); FixError names the problem."""
+    try:
+        raw = open(path, "rb").read()
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise FixError(f"{what} {path}: is a directory, not a file") from None
+    except OSError as exc:
+        raise FixError(f"{what} {path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FixError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def read_script(path: str) -> str:
+    text = read_text(path, "--script")
+    if text is None:
+        raise FixError(f"--script {path}: no such file")
+    try:
+        ast.parse(text.removeprefix(BOM), filename=path)
+    except SyntaxError as exc:
+        raise FixError(f"--script {path}: not Python (line {exc.lineno}: {exc.msg})") from None
+    return text
+
+
+def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, facts=None, env_file=None) -> FixPlan:
+    """Every fix action of the entry that the given inputs allow, with diffs; notes say what is missing."""
+    entry = catalog.get(entry_id)
+    if entry is None:
+        raise FixError(f"unknown entry {entry_id!r} (see gpudoctor list)")
+    facts = dict(facts or {})
+    cmd = cmd or facts.get("cmd")
+    if config:
+        facts.setdefault("accelerate_config" if config.endswith((".yaml", ".yml")) else "ds_config", config)
+    texts: dict[str, str | None] = {}
+    if script:
+        texts[script] = read_script(script)
+    if config:
+        texts[config] = read_text(config, "--config")
+        if texts[config] is None:
+            raise FixError(f"--config {config}: no such file")
+    if env_file:
+        texts[env_file] = read_text(env_file, "--env-file")
+    notes: list[str] = []
+    fixes: list[PlannedFix] = []
+    if not entry.fix_actions:
+        notes.append(f"{entry.id} has no executable fix; its steps are in `gpudoctor show {entry.id}`")
+    actions = sorted(entry.fix_actions, key=lambda a: SAFETY_ORDER.index(a.safety))
+    for action in actions:
+        merged = {k: v for k, v in action.param("defaults", ())}
+        defaulted = set(merged)
+        merged.update({k: v for k, v in facts.items() if v not in (None, "")})
+        defaulted -= {k for k, v in facts.items() if v not in (None, "")}
+        label = f"{action.id}"
+        fix_notes: list[str] = []
+        edits: list[FileEdit] = []
+        commands: tuple[str, ...] = ()
+        env: tuple = ()
+        try:
+            if action.kind == "env":
+                env, missing = envfix.env_values(action, merged)
+                if missing:
+                    notes.append(f"{label}: give --param {missing[0]}=... to fill it in")
+                    continue
+                used = {k for k in defaulted if any("{" + k + "}" in str(v) for _, v in action.param("env", ()))}
+                fix_notes += [f"{k}={merged[k]} is a default: give --param {k}=... if yours differs" for k in sorted(used)]
+                if env_file:
+                    edit = envfix.env_file_edit(env_file, texts[env_file], env)
+                    if edit is not None:
+                        edits.append(edit)
+            elif action.kind == "command":
+                if not cmd:
+                    notes.append(f"{label}: give {_NEEDS['command']} to get it rewritten")
+                    continue
+                from gpudoctor.engine.fixes.launch import rewrite
+
+                new, more = rewrite(cmd, action.param("rewrite"), merged)
+                commands, fix_notes = (new,), fix_notes + more
+            elif action.kind == "patch":
+                if not script:
+                    notes.append(f"{label}: give {_NEEDS['patch']} to get a diff")
+                    continue
+                from gpudoctor.engine.fixes.patches import get
+
+                after, more = _keep_bom(get(action.param("patch")), texts[script], script, merged)
+                edits.append(_edit(script, texts[script], after))
+                fix_notes += more
+            elif action.kind == "config":
+                name = action.param("config")
+                if not config:
+                    notes.append(f"{label}: give {_NEEDS['config']} ({'/'.join(_CONFIG_TYPES[name])}) to get a diff")
+                    continue
+                if not config.endswith(_CONFIG_TYPES[name]):
+                    notes.append(f"{label}: applies to a {'/'.join(_CONFIG_TYPES[name])} file, not {os.path.basename(config)}")
+                    continue
+                from gpudoctor.engine.fixes.config import CONFIG_EDITS
+
+                after, more = _keep_bom(CONFIG_EDITS[name], texts[config], config, merged)
+                edits.append(_edit(config, texts[config], after))
+                fix_notes += more
+        except NotApplicable as exc:
+            notes.append(f"{label}: {exc}")
+            continue
+        for edit in edits:
+            texts[edit.path] = edit.after  # a later fix of the same file builds on this one
+        fixes.append(PlannedFix(
+            entry_id=entry.id, action_id=action.id, kind=action.kind, safety=action.safety, title=action.title,
+            why=str(action.param("why") or ""), edits=tuple(edits), commands=commands, env=env,
+            notes=tuple(fix_notes)))
+    return FixPlan(entry_id=entry.id, fixes=tuple(fixes), notes=tuple(notes))
+
+
+def _keep_bom(transform, text: str, path: str, facts: dict):
+    """Run a transform on the text without its byte-order mark, and put the mark back."""
+    bom = BOM if text.startswith(BOM) else ""
+    after, notes = transform(text[len(bom):], path, facts)
+    return bom + after, notes
+
+
+def _edit(path: str, before: str, after: str) -> FileEdit:
+    if after == before:
+        raise NotApplicable(f"{path}: already fixed")
+    return FileEdit(path=path, before_sha256=sha256_text(before), before=before, after=after)

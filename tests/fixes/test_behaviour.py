@@ -1,0 +1,97 @@
+"""The fixes change what the scripts do, run for real on CPU with gloo (two ranks as child processes, bounded)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "fixes"
+WALL_S = 120  # generous: importing torch on a loaded 2-core machine takes seconds per rank
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(script: Path, world: int = 2, extra_env: dict | None = None, wall_s: float = WALL_S):
+    """Start `world` ranks of a script the way torchrun would; (exit codes or None if killed, outputs, seconds)."""
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+               "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world),
+               "OMP_NUM_THREADS": "1", **(extra_env or {})}
+        procs.append(subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, start_new_session=True, text=True))
+    start = time.monotonic()
+    codes, outputs = [], []
+    try:
+        for proc in procs:
+            left = max(0.1, wall_s - (time.monotonic() - start))
+            try:
+                out, _ = proc.communicate(timeout=left)
+                codes.append(proc.returncode)
+            except subprocess.TimeoutExpired:
+                codes.append(None)
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+            outputs.append(out)
+    finally:
+        for proc in procs:  # no orphans, whatever happened
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return codes, outputs, time.monotonic() - start
+
+
+def test_d21_rank0_only_collective_hangs_before_the_fix_and_completes_after(tmp_path):
+    before = DATA / "D21" / "eval_on_rank0.py"
+    after = tmp_path / "eval_on_rank0_fixed.py"
+    after.write_text(Path(str(before) + ".fixed").read_text())
+    env = {"TRAIN_DIST_TIMEOUT": "2"}  # the process group's own timeout bounds the deadlock
+
+    codes, outs, took = run_ranks(before, extra_env=env)
+    # a deadlock: rank 0 waits in the all_reduce, rank 1 in the barrier, until the 2 s timeout ends both
+    assert None not in codes and 0 not in codes, (codes, outs)
+    assert "in all_reduce" in outs[0] and "Timed out" in outs[0], outs[0][-2000:]
+    assert "in barrier" in outs[1] and "Timed out" in outs[1], outs[1][-2000:]
+    assert not re.search(r"final val accuracy \d", outs[0])  # rank 0 never got its reduced value
+
+    codes, outs, took = run_ranks(after, extra_env=env)
+    assert codes == [0, 0], outs
+    assert re.findall(r"final val accuracy \d\.\d{3}", outs[0])
+    assert "val accuracy" not in outs[1]  # the print stays on rank 0
+
+
+def _orders(output: str) -> list[str]:
+    return re.findall(r"epoch \d order (\[.*\])", output)
+
+
+def test_d22_same_shuffle_every_epoch_before_the_fix_and_a_new_one_after(tmp_path):
+    before = DATA / "D22" / "no_set_epoch.py"
+    after = tmp_path / "no_set_epoch_fixed.py"
+    after.write_text(Path(str(before) + ".fixed").read_text())
+
+    codes, outs, _ = run_ranks(before)
+    assert codes == [0, 0], outs
+    orders = _orders(outs[0])
+    assert len(orders) == 3 and len(set(orders)) == 1, orders
+
+    codes, outs, _ = run_ranks(after)
+    assert codes == [0, 0], outs
+    orders = _orders(outs[0])
+    assert len(orders) == 3 and len(set(orders)) == 3, orders
+    for order in map(json.loads, orders):  # each epoch: half of the 64 samples, none twice
+        assert len(order) == 32 and len(set(order)) == 32 and set(order) <= set(range(64))

@@ -1,0 +1,165 @@
+"""`gpudoctor fix` and `diagnose --script` through main(argv): dry run, apply, undo, JSON, colour, errors, exit codes."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+D22 = DATA / "fixes" / "D22" / "no_set_epoch.py"
+
+
+@pytest.fixture(autouse=True)
+def _state(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUDOCTOR_STATE_DIR", str(tmp_path / "state"))
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "train.py"
+    shutil.copyfile(D22, path)
+    return path
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(cli, script):
+    res = cli("fix", "D22", "--script", str(script))
+    assert res.code == 0, res
+    assert "+        sampler.set_epoch(epoch)" in res.out
+    assert "[safe] sampler-set-epoch" in res.out and "dry run: nothing written" in res.out
+    assert "\x1b[" not in res.out  # NO_COLOR
+    assert script.read_bytes() == D22.read_bytes()
+    assert max(len(line) for line in res.out.splitlines() if not line.startswith(("+", "-", " "))) <= 80
+
+
+def test_apply_then_apply_again_then_undo(cli, script):
+    res = cli("fix", "d22", "--script", str(script), "--apply")
+    assert res.code == 0 and "wrote" in res.out and "gpudoctor fix --undo" in res.out
+    assert script.read_text() == Path(str(D22) + ".fixed").read_text()
+    again = cli("fix", "D22", "--script", str(script), "--apply")
+    assert again.code == 1 and "already calls set_epoch" in " ".join(again.out.split())
+    undo = cli("fix", "--undo")
+    assert undo.code == 0 and str(script) in undo.out
+    assert script.read_bytes() == D22.read_bytes()
+    assert cli("fix", "--undo").code == 2
+
+
+def test_unsafe_needs_the_flag(cli, tmp_path):
+    path = tmp_path / "t.py"
+    shutil.copyfile(DATA / "fixes" / "D8" / "aux_head_unused.py", path)
+    res = cli("fix", "D8", "--script", str(path), "--apply")
+    assert res.code == 0 and "not applied find-unused-parameters: unsafe" in res.out
+    assert "can hide a real bug" in res.out
+    assert "find_unused_parameters" not in path.read_text()
+    res = cli("fix", "D8", "--script", str(path), "--apply", "--unsafe")
+    assert "find_unused_parameters=True" in path.read_text()
+
+
+def test_json_output(cli, script):
+    res = cli("fix", "D22", "--script", str(script), "--json")
+    data = json.loads(res.out)
+    assert data["schema"] == "gpudoctor.fixplan/1" and data["entry"] == "D22"
+    [fix] = data["fixes"]
+    assert fix["safety"] == "safe" and "+        sampler.set_epoch(epoch)" in fix["edits"][0]["diff"]
+
+
+def test_colour_when_forced(cli, script):
+    res = cli("fix", "D22", "--script", str(script), "--color")
+    assert "\x1b[32m+        sampler.set_epoch(epoch)" in res.out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["D22", "--script", "missing.py"], "--script missing.py: no such file"),
+    (["D22", "--script", "__NOTPY__"], "not Python (line 1"),
+    (["D99", "--script", "x.py"], "unknown entry 'D99'"),
+    (["--apply"], "give an entry id"),
+    (["D22", "--unsafe"], "--unsafe only makes sense with --apply"),
+    (["D2", "--param", "nope=1"], "--param nope: unknown"),
+    (["D1", "--cmd", "python train.py 'x"], "--cmd: cannot parse"),
+])
+def test_input_errors_are_one_line_with_exit_2(cli, tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notpy.py").write_text("model = DDP(model\n")
+    args = [str(tmp_path / "notpy.py") if a == "__NOTPY__" else a for a in args]
+    res = cli("fix", *args)
+    assert res.code == 2, res
+    assert message in res.err and "Traceback" not in res.err
+    assert len(res.err.strip().splitlines()) == 1
+
+
+def test_stale_file_between_plan_and_apply_is_refused_with_exit_2(cli, script, monkeypatch):
+    from gpudoctor.engine.fixes import apply as apply_mod
+
+    real = apply_mod.apply_plan
+
+    def edit_then_apply(plan, **kw):  # the user saves the file while the preview is on screen
+        script.write_text(script.read_text() + "# edited\n")
+        return real(plan, **kw)
+
+    monkeypatch.setattr(apply_mod, "apply_plan", edit_then_apply)
+    res = cli("fix", "D22", "--script", str(script), "--apply")
+    assert res.code == 2 and "changed since the preview" in res.err
+    assert script.read_text().endswith("# edited\n")
+
+
+def test_nothing_to_fix_is_exit_1(cli):
+    res = cli("fix", "D11")
+    assert res.code == 1 and "no executable fix" in res.out
+
+
+def test_env_fix_with_param_and_env_file(cli, tmp_path):
+    env = tmp_path / "job.env"
+    res = cli("fix", "MN2", "--param", "interface=ens5", "--env-file", str(env), "--apply")
+    assert res.code == 0, res
+    assert "export NCCL_SOCKET_IFNAME=ens5" in res.out
+    assert env.read_text() == "export NCCL_SOCKET_IFNAME=ens5\n"
+
+
+def test_fix_from_a_log_takes_the_top_finding_and_its_facts(cli):
+    log = DATA / "logs" / "D4" / "two-torchrun-same-master-port.log"
+    res = cli("fix", "--log", str(log), "--json")
+    data = json.loads(res.out)
+    assert data["entry"] == "D4"
+    assert data["facts"]["cmd"].startswith("torchrun ")
+    [cmd] = data["fixes"][0]["commands"]
+    assert "--rdzv-endpoint=localhost:0" in cmd and "--master-port" not in cmd
+
+
+def test_diagnose_ends_with_the_fix_against_the_script(cli, tmp_path):
+    log = DATA / "logs" / "D4" / "two-torchrun-same-master-port.log"
+    res = cli("diagnose", str(log), "--cmd", "torchrun --nproc-per-node=2 --master-port=29731 train.py --lr 3e-4")
+    assert res.code == 0, res
+    tail = res.out[res.out.index("Fix for D4"):]
+    assert "torchrun --rdzv-backend=c10d --rdzv-endpoint=localhost:0 --nnodes=1 --nproc-per-node=2 train.py --lr 3e-4" in tail
+    res = cli("diagnose", str(log), "--cmd", "python train.py", "--json")
+    assert json.loads(res.out)["fix"]["entry"] == "D4"
+
+
+def test_interface_from_the_nic_probe_figures():
+    from gpudoctor.engine.fixes.facts import interface_from_nic
+
+    figures = {"selected": ["docker0"], "interfaces": {
+        "lo": {"state": "unknown", "speed_mbps": None}, "docker0": {"state": "up", "speed_mbps": 10000},
+        "eno1": {"state": "up", "speed_mbps": 1000}, "ens5": {"state": "up", "speed_mbps": 100000},
+        "ib0": {"state": "down", "speed_mbps": 200000}}}
+    assert interface_from_nic(figures) == "ens5"
+    assert interface_from_nic({"interfaces": {"lo": {"state": "unknown"}}}) is None
+
+
+def test_fix_with_the_live_nic_probe(cli):
+    res = cli("fix", "MN2", "--probe", "--json")
+    assert res.code == 0, res
+    [fix] = json.loads(res.out)["fixes"]
+    assert fix["env"][0]["name"] == "NCCL_SOCKET_IFNAME" and fix["env"][0]["value"]
+
+
+def test_facts_from_a_multi_rank_log_directory():
+    from gpudoctor.engine.diagnose import diagnose
+    from gpudoctor.engine.fixes import facts_from_diagnosis
+    from gpudoctor.engine.sources import resolve
+    from gpudoctor.kb.catalog import load_catalog
+
+    logs = str(DATA.parent.parent / "examples" / "rank-crash-then-timeout")
+    facts = facts_from_diagnosis(diagnose(load_catalog(use_cache=False), resolve([logs])), logs=[logs])
+    assert facts.get("world_size") == 4, facts

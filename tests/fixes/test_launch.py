@@ -1,0 +1,123 @@
+"""Launch command rewrites: rebuilt with shlex.join, parsed back, script and its arguments kept, per entry."""
+from __future__ import annotations
+
+import shlex
+import socket
+
+import pytest
+
+from gpudoctor.engine.fixes import FixError, plan_fix
+from gpudoctor.engine.fixes.launch import parse_launch, rewrite
+from gpudoctor.kb.catalog import load_catalog
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog(use_cache=False)
+
+
+def _words(cmd):
+    return shlex.split(cmd)
+
+
+def test_d1_python_becomes_torchrun_standalone():
+    new, notes = rewrite('python -u train.py --lr 3e-4 --name "my run"', "torchrun-standalone", {"nproc": 4})
+    assert _words(new) == ["torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=4",
+                           "train.py", "--lr", "3e-4", "--name", "my run"]
+    assert any("-u" in n for n in notes)
+
+
+def test_d1_drops_hand_set_rank_env_and_keeps_others():
+    new, _ = rewrite("RANK=0 WORLD_SIZE=2 OMP_NUM_THREADS=4 python train.py", "torchrun-standalone", {})
+    assert _words(new) == ["OMP_NUM_THREADS=4", "torchrun", "--standalone", "--nnodes=1", "--nproc-per-node=gpu", "train.py"]
+
+
+def test_d1_module_form():
+    new, _ = rewrite("python -m mypkg.train --epochs 3", "torchrun-standalone", {"world_size": 2})
+    launch = parse_launch(new)
+    assert launch.launcher == "torchrun" and launch.module and launch.script == "mypkg.train"
+    assert launch.args == ["--epochs", "3"]
+
+
+def test_d2_multinode_form_fills_facts():
+    cmd = "torchrun --standalone --nproc-per-node=8 --max-restarts=3 train.py --cfg a.yaml"
+    new, notes = rewrite(cmd, "torchrun-multinode", {"nnodes": 4, "master_addr": "10.0.0.5", "rdzv_port": 29400,
+                                                      "job_id": "run7"})
+    assert _words(new) == ["torchrun", "--nnodes=4", "--nproc-per-node=8", "--rdzv-id=run7", "--rdzv-backend=c10d",
+                           "--rdzv-endpoint=10.0.0.5:29400", "--max-restarts=3", "train.py", "--cfg", "a.yaml"]
+    assert "--standalone" not in new
+    assert any("every node" in n for n in notes)
+
+
+def test_d2_without_address_says_what_to_replace():
+    new, notes = rewrite("python train.py", "torchrun-multinode", {})
+    assert "--rdzv-endpoint=HEAD_NODE_IP:29400" in _words(new)
+    assert any("HEAD_NODE_IP" in n for n in notes)
+
+
+def test_d4_single_node_torchrun_gets_localhost_0():
+    new, _ = rewrite("torchrun --nproc-per-node=2 --master-port=29500 train.py", "free-port", {"port": 29500})
+    assert _words(new) == ["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", "--nnodes=1",
+                           "--nproc-per-node=2", "train.py"]
+
+
+def test_d4_multinode_torchrun_gets_a_port_that_is_free():
+    new, _ = rewrite("torchrun --nnodes=2 --node-rank=0 --master-addr=h0 --master-port 29500 train.py", "free-port",
+                     {"port": 29500})
+    port = int(parse_launch(new).option("--master-port"))
+    assert port != 29500
+    with socket.socket() as s:  # nothing listens there: we can bind it
+        s.bind(("127.0.0.1", port))
+    assert parse_launch(new).option("--master-addr") == "h0"
+
+
+def test_d4_python_env_accelerate_and_deepspeed_forms():
+    facts = {"free_port": 29611}
+    assert _words(rewrite("MASTER_PORT=29500 python train.py", "free-port", facts)[0]) == \
+        ["MASTER_PORT=29611", "python", "train.py"]
+    assert _words(rewrite("accelerate launch --main_process_port 29500 train.py", "free-port", facts)[0]) == \
+        ["accelerate", "launch", "--main_process_port=29611", "train.py"]
+    assert _words(rewrite("deepspeed train.py --deepspeed ds.json", "free-port", facts)[0]) == \
+        ["deepspeed", "--master_port=29611", "train.py", "--deepspeed", "ds.json"]
+
+
+def test_d5_accelerate_multi_gpu():
+    new, _ = rewrite("accelerate launch --mixed_precision bf16 train.py --bs 8", "accelerate-multi-gpu", {"nproc": 4})
+    assert _words(new) == ["accelerate", "launch", "--multi_gpu", "--num_processes=4", "--mixed_precision=bf16",
+                           "train.py", "--bs", "8"]
+
+
+def test_d6_deepspeed_with_hostfile_and_config():
+    new, notes = rewrite("python train.py", "deepspeed-launcher", {"nnodes": 2, "nproc": 8, "ds_config": "ds.json"})
+    assert _words(new) == ["deepspeed", "--hostfile=hostfile", "--num_gpus=8", "train.py", "--deepspeed", "ds.json"]
+    assert any("hostfile" in n for n in notes)
+
+
+@pytest.mark.parametrize("cmd, how", [
+    ("python train.py --name 'a b' --x=\"$HOME\"", "torchrun-standalone"),
+    ("torchrun --nproc_per_node 2 train.py -- --weird 'x;y'", "free-port"),
+    ("python3 train.py 'quote\"d' \"sp ace\"", "accelerate-multi-gpu"),
+])
+def test_awkward_arguments_survive_the_round_trip(cmd, how):
+    new, _ = rewrite(cmd, how, {"free_port": 30001})
+    assert parse_launch(new).args == parse_launch(cmd).args
+    assert shlex.split(new)[-len(parse_launch(cmd).args):] == parse_launch(cmd).args
+
+
+@pytest.mark.parametrize("cmd, message", [
+    ("python train.py 'unclosed", "cannot parse"),
+    ("python -c 'import x'", "no script"),
+    ("bash run.sh", "not a launcher"),
+    ("torchrun --nproc-per-node", "needs a value"),
+    ("", "no command"),
+])
+def test_bad_commands_are_named(cmd, message):
+    with pytest.raises(FixError, match=message):
+        rewrite(cmd, "torchrun-standalone", {})
+
+
+def test_plan_uses_the_logs_command_and_notes_missing_cmd(catalog):
+    plan = plan_fix(catalog, "D1", facts={"cmd": "python train.py", "world_size": 2})
+    assert plan.fixes[0].commands == ("torchrun --standalone --nnodes=1 --nproc-per-node=2 train.py",)
+    bare = plan_fix(catalog, "D1")
+    assert bare.fixes == () and any("--cmd" in n for n in bare.notes)
