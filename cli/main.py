@@ -19,6 +19,7 @@ COMMANDS = {
     "check": "check",
     "tui": "tui",
     "fix": "fix",
+    "lint": "lint",
 }
 
 DESCRIPTION = """\

@@ -1,0 +1,23 @@
+"""The lint checks, one per module; ALL lists them in the order their codes are documented."""
+from __future__ import annotations
+
+from gpudoctor.engine.lint.checks.d3_device_from_rank import DeviceFromGlobalRank
+from gpudoctor.engine.lint.checks.d8_find_unused_parameters import FindUnusedParameters
+from gpudoctor.engine.lint.checks.d10_batchnorm_without_syncbn import BatchNormWithoutSyncBN
+from gpudoctor.engine.lint.checks.d21_collective_in_rank_branch import CollectiveInRankBranch
+from gpudoctor.engine.lint.checks.d22_sampler_without_set_epoch import SamplerWithoutSetEpoch
+from gpudoctor.engine.lint.checks.d23_every_rank_saves import EveryRankSaves
+from gpudoctor.engine.lint.checks.mn3_init_without_timeout import InitWithoutTimeout
+from gpudoctor.engine.lint.checks.mn5_restarts_without_resume import RestartsWithoutResume
+from gpudoctor.engine.lint.checks.p1_dataparallel import DataParallel
+from gpudoctor.engine.lint.checks.p2_ddp_before_to_device import DDPBeforeToDevice
+from gpudoctor.engine.lint.checks.p3_ddp_without_sampler import DDPWithoutSampler
+from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import AccumulationWithoutNoSync
+
+ALL = (
+    DeviceFromGlobalRank(), FindUnusedParameters(), BatchNormWithoutSyncBN(), CollectiveInRankBranch(),
+    SamplerWithoutSetEpoch(), EveryRankSaves(), InitWithoutTimeout(), RestartsWithoutResume(), DataParallel(),
+    DDPBeforeToDevice(), DDPWithoutSampler(), AccumulationWithoutNoSync(),
+)
+BY_CODE = {c.code: c for c in ALL}
+BY_SLUG = {c.slug: c for c in ALL}

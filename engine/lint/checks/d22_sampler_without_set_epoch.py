@@ -1,0 +1,36 @@
+"""D22: a shuffling DistributedSampler whose set_epoch is never called repeats one order every epoch."""
+from __future__ import annotations
+
+import ast
+
+from gpudoctor.engine.lint.model import Check, Hit
+
+
+class SamplerWithoutSetEpoch(Check):
+    code = "D22"
+    slug = "sampler-without-set-epoch"
+    severity = "error"
+    summary = "DistributedSampler(shuffle=True) without sampler.set_epoch(epoch): the same order every epoch"
+
+    def find(self, script):
+        if script.uses("set_epoch") or not any(_epoch_loop(node) for node, _ in script.loops):
+            return  # no epoch loop here: whoever iterates the epochs (a trainer, another file) calls set_epoch
+        subclasses = script.class_names
+        for site in script.calls:
+            if site.attr != "DistributedSampler" or site.attr in subclasses:
+                continue
+            shuffle = next((k.value for k in site.node.keywords if k.arg == "shuffle"), None)
+            if shuffle is None and len(site.node.args) >= 4:
+                shuffle = site.node.args[3]
+            if isinstance(shuffle, ast.Constant) and not shuffle.value:
+                continue
+            yield Hit(site.line, site.node.col_offset,
+                      "DistributedSampler shuffles with a seed that only changes through set_epoch(), which this "
+                      "file never calls: every epoch sees the same order; call sampler.set_epoch(epoch) at the "
+                      "start of each epoch")
+
+
+def _epoch_loop(node) -> bool:
+    """`for epoch in range(...)` / `while epoch < n`: this file runs the epochs itself."""
+    text = ast.unparse(node.target if isinstance(node, (ast.For, ast.AsyncFor)) else node.test)
+    return "epoch" in text.lower()

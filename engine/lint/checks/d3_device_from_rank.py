@@ -1,0 +1,109 @@
+"""D3: the GPU is picked with the global rank (set_device(RANK), cuda:{rank}) or hard-coded to cuda:0."""
+from __future__ import annotations
+
+import ast
+
+from gpudoctor.engine.lint.model import Check, Hit
+from gpudoctor.engine.lint.ranks import _env_key, last_name
+
+GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
+GLOBAL_NAMES = {"global_rank", "world_rank", "grank"}
+DEVICE_CALLS = {"set_device", "device", "to", "cuda"}
+
+
+class DeviceFromGlobalRank(Check):
+    code = "D3"
+    slug = "device-from-global-rank"
+    severity = "error"
+    summary = "set_device(RANK), cuda:{rank} or cuda:0 puts processes of other nodes or ranks on the wrong GPU"
+
+    def find(self, script):
+        global_names = _global_names(script)
+
+        def is_global(node) -> bool:
+            if isinstance(node, ast.Name):
+                return node.id in global_names
+            if isinstance(node, ast.Attribute):
+                return node.attr in GLOBAL_NAMES or (node.attr == "rank" and last_name(node.value) in ("args", "opt"))
+            if isinstance(node, ast.Call):
+                if _env_key(node) in GLOBAL_ENV or last_name(node.func) in ("get_rank", "get_global_rank"):
+                    return not node.args and not node.keywords or last_name(node.func) != "get_rank"
+                return last_name(node.func) == "int" and bool(node.args) and is_global(node.args[0])
+            if isinstance(node, ast.Subscript):
+                return _env_key(node) in GLOBAL_ENV
+            return False
+
+        seen = set()
+        for site in script.calls:
+            for value in _device_args(site):
+                key = (value.lineno, value.col_offset)
+                if key in seen:
+                    continue
+                if is_global(value):
+                    seen.add(key)
+                    yield Hit(value.lineno, value.col_offset,
+                              f"{ast.unparse(value)} is the global rank: on a second node it names a GPU that does "
+                              "not exist, and ranks share GPUs; use LOCAL_RANK", "error")
+                elif script.multiprocess and site.gate is None and _is_gpu_zero(value, site):
+                    seen.add(key)
+                    yield Hit(value.lineno, value.col_offset,
+                              f"{ast.unparse(value)} hard-codes GPU 0 in a multi-process script: every rank "
+                              "lands on the same GPU; use the device from LOCAL_RANK", "warning")
+        for s in script.strings:
+            node = s.node
+            if not isinstance(node, ast.JoinedStr):
+                continue
+            for i, part in enumerate(node.values[:-1]):
+                nxt = node.values[i + 1]
+                if isinstance(part, ast.Constant) and str(part.value).endswith("cuda:") and \
+                        isinstance(nxt, ast.FormattedValue) and is_global(nxt.value):
+                    key = (node.lineno, node.col_offset)
+                    if key not in seen:
+                        seen.add(key)
+                        yield Hit(node.lineno, node.col_offset,
+                                  f"cuda:{{{ast.unparse(nxt.value)}}} uses the global rank as a GPU index; "
+                                  "on a second node it names a GPU that does not exist; use LOCAL_RANK", "error")
+
+
+def _global_names(script) -> set[str]:
+    names = set(GLOBAL_NAMES)
+    for _ in range(2):
+        for targets, value in script.assigns:
+            v = value
+            while isinstance(v, ast.Call) and last_name(v.func) in ("int",) and v.args:
+                v = v.args[0]
+            if (_env_key(v) in GLOBAL_ENV) or (isinstance(v, ast.Call) and last_name(v.func) == "get_rank"
+                                               and not v.args and not v.keywords) or \
+                    (isinstance(v, ast.Name) and v.id in names) or \
+                    (isinstance(v, ast.Attribute) and v.attr == "rank" and last_name(v.value) in ("args", "opt")):
+                names.update(t for t in targets if t.isidentifier())
+    return names
+
+
+def _device_args(site):
+    """Expressions a call uses as a CUDA device index."""
+    call = site.node
+    attr = site.attr
+    if attr == "set_device" and call.args:
+        yield call.args[0]
+    elif attr == "device" and site.name and site.name.startswith("torch") and len(call.args) == 2 and \
+            isinstance(call.args[0], ast.Constant) and call.args[0].value == "cuda":
+        yield call.args[1]
+    elif attr in ("to", "cuda") and isinstance(call.func, ast.Attribute) and call.args:
+        yield call.args[0]
+    for kw in call.keywords:
+        if kw.arg == "device_ids" and isinstance(kw.value, (ast.List, ast.Tuple)) and len(kw.value.elts) == 1:
+            yield kw.value.elts[0]
+        elif kw.arg in ("output_device", "map_location", "device"):
+            yield kw.value
+    if attr == "device" and call.args and isinstance(call.args[0], ast.Constant):
+        yield call.args[0]
+
+
+def _is_gpu_zero(node, site) -> bool:
+    if isinstance(node, ast.Constant):
+        if node.value == "cuda:0":
+            return True
+        return type(node.value) is int and node.value == 0 and site.attr in ("set_device", "cuda", "to", "device",
+                                                                                "DistributedDataParallel", "DDP")
+    return False

@@ -1,0 +1,183 @@
+"""`gpudoctor lint` end to end: exit codes through a real subprocess, output formats, ignores, selection."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "lint"
+BUGGY = DATA / "buggy"
+CORRECT = DATA / "correct"
+
+
+def run(*args, env=None, cwd=None):
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "80", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "gpudoctor", "lint", *map(str, args)], capture_output=True,
+                          text=True, env=full_env, cwd=cwd, timeout=120)
+
+
+def test_exit_0_on_clean_file():
+    proc = run(CORRECT / "broadcast_from_rank0.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "no findings in 1 file" in proc.stdout
+
+
+def test_exit_1_with_findings_and_human_output_with_caret():
+    path = BUGGY / "d21_deepspeed_save_rank0.py"
+    proc = run(path, "--select", "D21")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if ":25:9: D21 error" in line)
+    src = next(line for line in lines[head:] if line.lstrip().startswith("25 |"))
+    caret = lines[lines.index(src) + 1]
+    assert "engine.save_checkpoint" in src
+    assert src.index("engine") == caret.index("^")  # the caret sits under the call
+    assert all(len(line) <= 80 for line in lines)
+    assert "\x1b[" not in proc.stdout  # NO_COLOR
+
+
+def test_exit_2_names_the_unparsable_file_and_lints_the_rest(tmp_path):
+    shutil.copy(BUGGY / "d22_sampler_without_set_epoch.py", tmp_path / "good.py")
+    (tmp_path / "broken.py").write_text("def f(:\n    pass\n")
+    proc = run(tmp_path, "--format", "json")
+    assert proc.returncode == 2
+    assert "broken.py" in proc.stderr and "does not parse" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    payload = json.loads(proc.stdout)
+    assert payload["files"] == 2
+    assert [e["path"].endswith("broken.py") for e in payload["errors"]] == [True]
+    assert any(f["entry_id"] == "D22" for f in payload["findings"])
+
+
+def test_missing_path_and_unknown_rule_are_usage_errors(tmp_path):
+    proc = run(tmp_path / "nope.py")
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    proc = run(BUGGY / "d22_sampler_without_set_epoch.py", "--select", "D99")
+    assert proc.returncode == 2 and "D99" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_ignore_comment_silences_only_that_entry_on_that_line(tmp_path):
+    src = (BUGGY / "d3_set_device_global_rank.py").read_text()
+    target = tmp_path / "train.py"
+    target.write_text(src.replace("# expect: D3", "# gpudoctor: ignore[D3]"))
+    assert run(target, "--select", "D3").returncode == 0
+    target.write_text(src.replace("# expect: D3", "# gpudoctor: ignore[D21]"))
+    assert run(target, "--select", "D3").returncode == 1
+
+
+def test_select_and_ignore(tmp_path):
+    path = BUGGY / "d21_barrier_in_rank0_validation.py"
+    ids = lambda proc: {f["entry_id"] for f in json.loads(proc.stdout)["findings"]}  # noqa: E731
+    everything = ids(run(path, "--json"))
+    assert {"D21", "MN3"} <= everything
+    assert ids(run(path, "--json", "--select", "D21")) == {"D21"}
+    assert "D21" not in ids(run(path, "--json", "--ignore", "collective-in-rank-branch"))
+
+
+def test_json_findings_have_the_contract_fields():
+    proc = run(BUGGY / "p6_accumulation_without_no_sync.py", "--format", "json")
+    finding = next(f for f in json.loads(proc.stdout)["findings"] if f["entry_id"] == "P6")
+    assert set(finding) == {"path", "line", "col", "entry_id", "rule", "severity", "message", "fix_id"}
+    assert (finding["line"], finding["col"], finding["severity"]) == (18, 4, "warning")
+
+
+def test_fix_id_comes_from_the_catalogue_at_runtime(tmp_path):
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    builtin = next((Path(__file__).resolve().parents[3] / "kb").rglob("D22-*.yaml"))
+    text = builtin.read_text()
+    text = re.sub(r"(?m)^fix_actions:.*\n(?:[ -].*\n)*", "", text)
+    text += ("fix_actions:\n  - id: call-set-epoch\n    kind: patch\n    safety: safe\n"
+             "    title: Call sampler.set_epoch(epoch) each epoch\n")
+    (kb / builtin.name).write_text(text)
+    proc = run(BUGGY / "d22_sampler_without_set_epoch.py", "--json", "--select", "D22",
+               env={"GPUDOCTOR_KB": str(kb), "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert [f["fix_id"] for f in json.loads(proc.stdout)["findings"]] == ["call-set-epoch"], proc.stderr
+
+
+def test_directory_walk_in_parallel_equals_serial(tmp_path):
+    for i in range(40):
+        shutil.copy(BUGGY / "d21_gather_object_main.py", tmp_path / f"s{i:02d}.py")
+    (tmp_path / ".venv").mkdir()
+    shutil.copy(BUGGY / "d22_sampler_without_set_epoch.py", tmp_path / ".venv" / "skipped.py")
+    serial = json.loads(run(tmp_path, "--json", "--jobs", "1").stdout)
+    parallel = json.loads(run(tmp_path, "--json", "--jobs", "2").stdout)
+    assert serial == parallel
+    assert serial["files"] == 40 and len([f for f in serial["findings"] if f["entry_id"] == "D21"]) == 40
+
+
+def test_shell_launch_script_is_linted(tmp_path):
+    proc = run(BUGGY / "mn5_launch.sh", "--json")
+    assert proc.returncode == 1
+    assert [(f["entry_id"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == [("MN5", 5)]
+
+
+def test_list_rules_and_help():
+    proc = run("--list-rules", "--json")
+    rules = json.loads(proc.stdout)
+    assert {r["id"] for r in rules} >= {"D3", "D21", "D22", "P3", "D8", "D10", "D23", "P2", "P6", "MN3", "MN5", "P1"}
+    assert run("--help").returncode == 0
+
+
+@pytest.mark.parametrize("path", sorted(BUGGY.glob("*.py")) + sorted(BUGGY.glob("*.sh")), ids=lambda p: p.name)
+def test_buggy_script_reports_the_established_entry_at_its_line(path):
+    from gpudoctor.engine.lint import lint_paths
+
+    expected = {(m.group(1), n) for n, line in enumerate(path.read_text().splitlines(), 1)
+                for m in [re.search(r"#\s*expect:\s*([A-Z]+\d+)", line)] if m}
+    got = {(f.entry_id, f.line) for f in lint_paths([str(path)]).findings}
+    assert expected <= got
+
+
+@pytest.mark.parametrize("path", sorted(CORRECT.glob("*.py")), ids=lambda p: p.name)
+def test_correct_script_has_no_error_or_warning(path):
+    from gpudoctor.engine.lint import lint_paths
+
+    found = [f for f in lint_paths([str(path)]).findings if f.severity != "note"]
+    assert found == []
+
+
+def test_a_crashing_check_is_an_internal_error_for_that_file_only(tmp_path, monkeypatch):
+    from gpudoctor.engine.lint import lint_paths
+    from gpudoctor.engine.lint.checks import BY_CODE
+
+    (tmp_path / "a.py").write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n")
+    (tmp_path / "b.txt").write_text("not linted")
+
+    def boom(script):
+        raise KeyError("bug")
+
+    monkeypatch.setattr(BY_CODE["MN3"], "find", boom)
+    result = lint_paths([str(tmp_path / "a.py")], jobs=1)
+    assert result.findings == ()
+    assert result.errors == ((str(tmp_path / "a.py"), "internal error: check MN3 failed: KeyError: 'bug'"),)
+
+
+def test_unreadable_inputs_are_named_not_raised(tmp_path):
+    (tmp_path / "nul.py").write_bytes(b"x = 1\x00\n")
+    (tmp_path / "latin.py").write_bytes(b"# -*- coding: ascii -*-\nx = '\xff'\n")
+    (tmp_path / "deep.py").write_text("x = " + "(" * 300 + "1" + ")" * 300 + "\n")
+    proc = run(tmp_path, "--format", "json")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    named = {Path(e["path"]).name for e in json.loads(proc.stdout)["errors"]}
+    assert {"nul.py", "latin.py"} <= named
+
+
+def test_pre_commit_hook_runs_this_command():
+    import yaml
+
+    hooks = yaml.safe_load((Path(__file__).resolve().parents[3] / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "gpudoctor-lint")
+    assert hook["entry"] == "gpudoctor lint" and hook["language"] == "python"
+    assert set(hook["types_or"]) == {"python", "shell"}
+    # the hook's own arguments: a file with notes only passes, one with a warning fails
+    notes_only = Path(__file__).resolve().parents[2] / "data" / "lint" / "correct" / "rank0_logging_no_collective.py"
+    assert run(notes_only).returncode == 1 and run(*hook["args"], notes_only).returncode == 0
+    assert run(*hook["args"], BUGGY / "p2_ddp_before_to_device.py").returncode == 1
