@@ -32,6 +32,7 @@ class GpuDoctorApp(App):
         Binding("question_mark", "help", "Help", show=False),
         Binding("ctrl+o", "open_logs", "Open log"),
         Binding("ctrl+r", "run_check", "Check", tooltip="run every probe on this machine"),
+        Binding("ctrl+l", "lint_script", "Lint", tooltip="check a training script"),
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
     ]
 
@@ -44,13 +45,15 @@ class GpuDoctorApp(App):
         self.names = dict(names or {})  # path -> name to show (a spooled stdin is "<stdin>")
         self.probe_options = dict(probe_options or {})
         self.worker_owners: dict[Worker, object] = {}
-        self.fixes_available = False  # the Fix view is wired in when gpudoctor.engine.fixes lands
-        self.lint_available = False
+        self.fixes_available = _has_module("gpudoctor.engine.fixes")
+        self.lint_available = _has_module("gpudoctor.engine.lint")
 
     def on_mount(self) -> None:
         from gpudoctor.tui.screens.search import SearchScreen
 
         self.push_screen(SearchScreen())
+        if self.script and not self.initial_logs and self.lint_available:
+            self.open_lint(self.script)
         if self.initial_logs:
             self.open_logs(self.initial_logs)
 
@@ -73,6 +76,26 @@ class GpuDoctorApp(App):
         from gpudoctor.tui.screens.probes import ProbeScreen
 
         self.push_screen(ProbeScreen(probe_ids, entry_id))
+
+    def open_fix(self, entry_id: str, script: str | None = None, *, diagnosis=None, logs=None) -> None:
+        from gpudoctor.tui.screens.fix import FixScreen
+
+        self.push_screen(FixScreen(entry_id, script or self.script, diagnosis=diagnosis, logs=logs))
+
+    def open_lint(self, path: str) -> None:
+        from gpudoctor.tui.screens.lint import LintScreen
+
+        self.push_screen(LintScreen(path))
+
+    def action_lint_script(self) -> None:
+        from gpudoctor.tui.screens.open import OpenScreen
+
+        def opened(paths: list[str] | None) -> None:
+            if paths:
+                self.open_lint(paths[0])
+
+        self.push_screen(OpenScreen(Path(self.script) if self.script else Path.cwd(), title="Lint a script"),
+                         opened)
 
     def action_open_logs(self) -> None:
         from gpudoctor.tui.screens.open import OpenScreen

@@ -11,6 +11,8 @@ class GpuDoctorCommands(Provider):
         app = self.app
         yield "Open logs…", app.action_open_logs, "pick a log file or a directory of per-rank logs, or paste text"
         yield "Run every probe (check)", app.action_run_check, "all probes on this machine, live"
+        if app.lint_available:
+            yield "Lint a training script…", app.action_lint_script, "its findings inline, each with its entry and fix"
         yield "Toggle dark / light theme", app.action_toggle_theme, "ctrl+t"
         yield "Help", app.action_help, "keys and flows"
         for entry in app.catalog:

@@ -78,3 +78,27 @@ class LogOpened(Message):
     def __init__(self, logfile) -> None:
         super().__init__()
         self.logfile = logfile
+
+
+class FixPlanned(Message):
+    """A fix plan (gpudoctor.engine.fixes.FixPlan) for the fix screen."""
+
+    def __init__(self, plan) -> None:
+        super().__init__()
+        self.plan = plan
+
+
+class FixWritten(Message):
+    """apply_plan's ApplyResult, or undo_last's UndoResult."""
+
+    def __init__(self, result, undo: bool) -> None:
+        super().__init__()
+        self.result, self.undo = result, undo
+
+
+class LintDone(Message):
+    """gpudoctor.engine.lint.LintResult for the lint screen."""
+
+    def __init__(self, result) -> None:
+        super().__init__()
+        self.result = result

@@ -7,7 +7,9 @@ import pytest
 
 from gpudoctor.tui.screens.confirm import ConfirmScreen
 from gpudoctor.tui.screens.entry import EntryScreen
+from gpudoctor.tui.screens.fix import FixScreen
 from gpudoctor.tui.screens.help import HelpScreen
+from gpudoctor.tui.screens.lint import LintScreen
 from gpudoctor.tui.screens.logs import LogScreen
 from gpudoctor.tui.screens.open import OpenScreen
 from gpudoctor.tui.screens.probes import ProbeScreen
@@ -102,3 +104,20 @@ def test_confirm_screen(snap_compare, make):
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen))
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_fix_screen(snap_compare, make):
+    async def before(pilot):
+        pilot.app.open_fix("D21", script="tests/data/fixes/D21/eval_on_rank0.py")  # planning never writes
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, FixScreen) and pilot.app.screen.plan is not None)
+
+    assert snap_compare(make(), terminal_size=SIZE, run_before=before)
+
+
+def test_lint_screen(snap_compare, make):
+    async def before(pilot):
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, LintScreen) and pilot.app.screen.result
+                         is not None and pilot.app.screen.logfile is not None)
+        await pilot.pause(0.2)
+
+    assert snap_compare(make(script="tests/data/fixes/D21/eval_on_rank0.py"), terminal_size=SIZE, run_before=before)

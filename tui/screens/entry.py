@@ -14,7 +14,7 @@ class EntryScreen(Screen):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("p", "probes", "Run probes"),
-        Binding("f", "fix", "Fix", show=False),
+        Binding("f", "fix", "Fix"),
         Binding("r", "focus_related", "Related"),
     ]
 
@@ -62,8 +62,8 @@ class EntryScreen(Screen):
 
     @on(Button.Pressed, "#open-fix")
     def action_fix(self) -> None:
-        if not self.app.fixes_available:
-            self.notify("fixes are not available in this build", severity="warning")
+        if not self.app.fixes_available or not self.entry.fix_actions:
+            self.notify(f"{self.entry.id} has no executable fix; its steps are above", severity="warning")
             return
         self.app.open_fix(self.entry.id)
 

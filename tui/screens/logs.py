@@ -44,6 +44,7 @@ class LogScreen(Screen):
         Binding("N", "next_evidence(-1)", "Prev evidence"),
         Binding("e", "open_finding", "Entry"),
         Binding("p", "probe_finding", "Probes"),
+        Binding("f", "fix_finding", "Fix"),
         Binding("l", "focus_log", "Log", show=False),
         Binding("t", "toggle_timeline", "Timeline"),
         Binding("right_square_bracket", "next_file(1)", "Next file", show=False),
@@ -329,6 +330,12 @@ class LogScreen(Screen):
             self.notify("no probe for this finding", severity="warning")
             return
         self.app.run_probes(list(finding.probes), finding.id)
+
+    def action_fix_finding(self) -> None:
+        finding = self.finding
+        if finding is None or not self.app.fixes_available:
+            return
+        self.app.open_fix(finding.id, diagnosis=self.diagnosis, logs=[str(s.path) for s in self.sources])
 
     def action_focus_log(self) -> None:
         self.query_one("#log").focus()

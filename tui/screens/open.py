@@ -17,19 +17,20 @@ class OpenScreen(ModalScreen[list[str] | None]):
     AUTO_FOCUS = "#open-path"
     BINDINGS = [Binding("escape", "cancel", "Cancel"), Binding("ctrl+s", "accept", "Open", priority=True)]
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, title: str = "") -> None:
         super().__init__()
         self.root = root
+        self.title_text = title  # "Lint a script": one path, no paste tab
         self.pasted: str | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="open-dialog"):
             with TabbedContent(id="open-tabs"):
-                with TabPane("File or folder", id="tab-pick"):
+                with TabPane(self.title_text or "File or folder", id="tab-pick"):
                     yield Input(str(self.root), placeholder="a log file, a directory of per-rank logs, a .gz",
                                 id="open-path")
-                    yield DirectoryTree(self.root, id="open-tree")
-                with TabPane("Paste text", id="tab-paste"):
+                    yield DirectoryTree(self.root if self.root.is_dir() else self.root.parent, id="open-tree")
+                with TabPane("Paste text", id="tab-paste", disabled=bool(self.title_text)):
                     yield TextArea(id="open-text", soft_wrap=False)
             with Horizontal(id="open-buttons"):
                 yield Label("enter or ctrl+s opens; a folder: every log", id="open-hint")
