@@ -13,6 +13,7 @@ from gpudoctor.tui.screens.lint import LintScreen
 from gpudoctor.tui.screens.logs import LogScreen
 from gpudoctor.tui.screens.open import OpenScreen
 from gpudoctor.tui.screens.probes import ProbeScreen
+from gpudoctor.tui.widgets.logview import LogView
 
 from .conftest import ROOT, wait_until
 
@@ -50,12 +51,22 @@ def test_entry_screen(snap_compare, make):
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
 
+async def settled(pilot) -> None:
+    """The log screen once the diagnosis is in, the file indexed and the view on the first evidence line."""
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, LogScreen))
+    screen = pilot.app.screen
+    log = screen.query_one(LogView)
+    await wait_until(pilot, lambda: screen.diagnosis is not None and log.logfile is not None and log.logfile.complete
+                     and log.lines_known == log.logfile.line_count)
+    line = next(ev.line for ev in screen.diagnosis.findings[0].evidence if ev.line > 0)
+    await wait_until(pilot, lambda: log.cursor == line and line in log.rendered_lines, what="the evidence in view")
+    await pilot.pause(0.3)
+
+
 def test_log_screen(snap_compare, make):
     async def before(pilot):
         pilot.app.open_logs(["tests/data/logs/D8/aux-head-unused-torchrun.log"])
-        await wait_until(pilot, lambda: isinstance(pilot.app.screen, LogScreen)
-                         and pilot.app.screen.diagnosis is not None and pilot.app.screen.files)
-        await pilot.pause(0.3)
+        await settled(pilot)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -63,9 +74,7 @@ def test_log_screen(snap_compare, make):
 def test_log_screen_per_rank_timeline(snap_compare, make):
     async def before(pilot):
         pilot.app.open_logs(["examples/rank-crash-then-timeout"])
-        await wait_until(pilot, lambda: isinstance(pilot.app.screen, LogScreen)
-                         and pilot.app.screen.diagnosis is not None and pilot.app.screen.files)
-        await pilot.pause(0.3)
+        await settled(pilot)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -118,6 +127,8 @@ def test_lint_screen(snap_compare, make):
     async def before(pilot):
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, LintScreen) and pilot.app.screen.result
                          is not None and pilot.app.screen.logfile is not None)
-        await pilot.pause(0.2)
+        view, line = pilot.app.screen.query_one(LogView), pilot.app.screen.result.findings[0].line
+        await wait_until(pilot, lambda: view.cursor == line and line in view.rendered_lines, what="the finding")
+        await pilot.pause(0.3)
 
     assert snap_compare(make(script="tests/data/fixes/D21/eval_on_rank0.py"), terminal_size=SIZE, run_before=before)

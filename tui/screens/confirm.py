@@ -1,6 +1,7 @@
 """A typed yes/no question: ModalScreen[bool] that answers True only on an explicit yes."""
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -18,9 +19,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog"):
-            yield Label(self.question, id="confirm-question")
+            yield Label(Text(self.question), id="confirm-question")  # it names the user's files: no markup
             if self.detail:
-                yield Label(self.detail, id="confirm-detail")
+                yield Label(Text(self.detail), id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", id="yes", variant="warning", compact=True)
                 yield Button("No (n)", id="no", variant="primary", compact=True)

@@ -121,7 +121,7 @@ class FixScreen(Screen):
         counts = f"{len(plan.fixes)} fix(es)"
         if unsafe:
             counts += f" · a applies {safe} safe" + (f", A also the {unsafe - safe} unsafe" if unsafe > safe else "")
-        self.query_one("#fix-status", Label).update(self.outcome() + counts)
+        self.query_one("#fix-status", Label).update(Text(self.outcome() + counts))
 
     def outcome(self) -> str:
         if self.last_result is None:

@@ -14,17 +14,24 @@ HELP = """\
 `↓` moves to the results, `enter` opens an entry, `esc` clears.
 
 **Entry** — the catalogue entry as `gpudoctor show --markdown` prints it.
-`r` focuses the related entries, `p` runs its probes, `esc` goes back.
+`r` focuses the related entries, `p` runs its probes, `f` plans its fix, `esc` goes back.
 
 **Logs** — `ctrl+o` opens a file, a directory of per-rank logs, or pasted text.
 Findings are ranked with their tier (match / possible) and score.
 `n` / `N` jump to the next / previous evidence line, `e` opens the entry,
-`p` runs its probes, `[` `]` switch per-rank files, `t` shows the rank timeline,
+`p` runs its probes, `f` plans its fix with what the log gave away, `[` `]` switch per-rank files, `t` shows the rank timeline,
 `l` focuses the log (`↑ ↓ pgup pgdn home end`), `esc` cancels a running diagnosis.
 
 **Probes** — `ctrl+r` runs every probe on this machine; an entry's `p` runs its own.
 Rows fill in live; `esc` cancels and kills the probes' processes.
 `enter` on a row shows its evidence; the collectives probe draws busbw by size.
+
+**Fix** — the fix as a coloured diff against the script (`s` to name it).
+`a` applies the safe fixes, `A` also the unsafe ones (each says why), always
+after a yes/no question; `u` undoes the last applied fix.
+
+**Lint** — `ctrl+l` (or `gpudoctor tui --script train.py`) checks a training
+script: findings inline, `enter`/`e` opens the entry, `f` its fix.
 
 **Anywhere** — `ctrl+p` command palette (every entry by id or title),
 `ctrl+t` dark / light theme, `f1` or `?` this help, `ctrl+q` quit.

@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
+from gpudoctor.engine.lines import clean_for_display
 from gpudoctor.tui.logfile import Cancelled as IndexCancelled
 from gpudoctor.tui.logfile import LogFile
 from gpudoctor.tui.messages import (DiagnosisDone, IndexProgress, LogOpened, Progress, SourcesResolved,
@@ -157,7 +158,8 @@ class LogScreen(Screen):
         findings.display = bool(n)
         verdict = self.query_one("#verdict", Static)
         if diag.verdict or diag.notes:
-            verdict.update(Text("\n".join(diag.verdict + diag.notes)[:600], style="italic"))
+            lines = [clean_for_display(line) for line in diag.verdict + diag.notes]  # they quote the log
+            verdict.update(Text("\n".join(lines)[:600], style="italic"))
             verdict.display = True
         timeline = self.query_one("#timeline", RankTimeline)
         if len(diag.ranks) > 1:
@@ -170,7 +172,7 @@ class LogScreen(Screen):
     def on_work_failed(self, message: WorkFailed) -> None:
         self.first_lines.set()
         self.query_one("#progress").display = False
-        self.query_one("#status", Label).update(Text(message.error, style="bold red"))
+        self.query_one("#status", Label).update(Text(clean_for_display(message.error), style="bold red"))
 
     # --- findings and evidence ---------------------------------------------------
     @property
@@ -234,7 +236,7 @@ class LogScreen(Screen):
             self.update_filebar()
             return
         log.show_file(None)
-        self.query_one("#filebar", Label).update(f"{name} · opening…")
+        self.query_one("#filebar", Label).update(Text(f"{clean_for_display(name)} · opening…"))
 
         def run() -> None:
             from gpudoctor.tui.work import get_current_worker
@@ -288,8 +290,9 @@ class LogScreen(Screen):
         evidence = [ev for ev in finding.evidence if ev.line > 0] if finding else []
         if evidence and 0 <= self.evidence_pos < len(evidence):
             ev = evidence[self.evidence_pos]
-            self.query_one("#filebar", Label).update(
-                f"{finding.id} evidence {self.evidence_pos + 1}/{len(evidence)} (n/N) · line {ev.line:,} · {ev.file}")
+            self.query_one("#filebar", Label).update(Text(
+                f"{finding.id} evidence {self.evidence_pos + 1}/{len(evidence)} (n/N) · line {ev.line:,} · "
+                + clean_for_display(ev.file)))
             return
         logfile = self.files.get(self.current)
         if logfile is None:
@@ -297,7 +300,7 @@ class LogScreen(Screen):
         complete = logfile.complete if complete is None else complete
         count = f"{logfile.known_lines:,} lines" + ("" if complete else " so far, indexing…")
         which = f" · file {self.source_index + 1}/{len(self.sources)} ([ ])" if len(self.sources) > 1 else ""
-        self.query_one("#filebar", Label).update(f"{self.current} · {count}{which}")
+        self.query_one("#filebar", Label).update(Text(f"{clean_for_display(self.current)} · {count}{which}"))
 
     @property
     def source_index(self) -> int:

@@ -105,7 +105,7 @@ class SearchScreen(Screen):
         self.call_after_refresh(setattr, self, "painted_query", message.query)
         preview = self.query_one("#preview", Static)
         if not message.hits:
-            preview.update(f"nothing matches {message.query!r}: try other words, or paste the first error line")
+            preview.update(Text(f"nothing matches {message.query!r}: try other words, or paste the first error line"))
         else:
             self.show_preview(message.hits[0].id)
         if self.open_pending:
