@@ -20,6 +20,17 @@ from .conftest import ROOT, wait_until
 SIZE = (80, 24)
 
 
+def steady(app) -> None:
+    """No blinking cursors: a picture taken mid-blink would differ from run to run."""
+    from textual.widgets import Input, TextArea
+
+    for screen in app.screen_stack:
+        for widget in screen.query(Input):
+            widget.cursor_blink = False
+        for widget in screen.query(TextArea):
+            widget.cursor_blink = False
+
+
 @pytest.fixture(autouse=True)
 def _in_repo_root(monkeypatch):
     monkeypatch.chdir(ROOT)  # paths on screen are relative, so the pictures do not depend on the checkout
@@ -30,6 +41,8 @@ def test_search_screen(snap_compare, make):
     async def before(pilot):
         await pilot.press(*"hangs at the end of the epoch")
         await wait_until(pilot, lambda: pilot.app.screen.shown_query == "hangs at the end of the epoch")
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -39,6 +52,8 @@ def test_search_screen_light_theme(snap_compare, make):
         pilot.app.theme = "textual-light"
         await pilot.press(*"address already in use")
         await wait_until(pilot, lambda: pilot.app.screen.shown_query == "address already in use")
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -47,6 +62,8 @@ def test_entry_screen(snap_compare, make):
     async def before(pilot):
         pilot.app.open_entry("D8")
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, EntryScreen))
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -67,6 +84,8 @@ def test_log_screen(snap_compare, make):
     async def before(pilot):
         pilot.app.open_logs(["tests/data/logs/D8/aux-head-unused-torchrun.log"])
         await settled(pilot)
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -75,6 +94,8 @@ def test_log_screen_per_rank_timeline(snap_compare, make):
     async def before(pilot):
         pilot.app.open_logs(["examples/rank-crash-then-timeout"])
         await settled(pilot)
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -83,6 +104,8 @@ def test_probe_screen(snap_compare, make):
     async def before(pilot):
         pilot.app.run_probes(["fabric"])  # needs an NVIDIA driver: skipped here without starting a process
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, ProbeScreen) and pilot.app.screen.finished)
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -95,6 +118,8 @@ def test_open_screen(snap_compare, make):
         listed = len(list(Path("tests/data/logs/D8").iterdir()))
         await wait_until(pilot, lambda: len(tree.root.children) == listed, what="the tree, loaded in its own worker")
         await pilot.pause(1.0)
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -103,6 +128,8 @@ def test_help_screen(snap_compare, make):
     async def before(pilot):
         await pilot.press("f1")
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -111,6 +138,8 @@ def test_confirm_screen(snap_compare, make):
     async def before(pilot):
         pilot.app.push_screen(ConfirmScreen("Apply 1 edit to train.py?", "a backup is kept; u undoes it"))
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, ConfirmScreen))
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -119,6 +148,8 @@ def test_fix_screen(snap_compare, make):
     async def before(pilot):
         pilot.app.open_fix("D21", script="tests/data/fixes/D21/eval_on_rank0.py")  # planning never writes
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, FixScreen) and pilot.app.screen.plan is not None)
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(), terminal_size=SIZE, run_before=before)
 
@@ -130,5 +161,7 @@ def test_lint_screen(snap_compare, make):
         view, line = pilot.app.screen.query_one(LogView), pilot.app.screen.result.findings[0].line
         await wait_until(pilot, lambda: view.cursor == line and line in view.rendered_lines, what="the finding")
         await pilot.pause(0.3)
+        steady(pilot.app)
+        await pilot.pause(0.1)
 
     assert snap_compare(make(script="tests/data/fixes/D21/eval_on_rank0.py"), terminal_size=SIZE, run_before=before)

@@ -20,7 +20,7 @@ class LogView(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES = {"logview--gutter", "logview--evidence", "logview--cursor", "logview--cursor-evidence"}
     DEFAULT_CSS = """
-    LogView { background: $surface; }
+    LogView { background: $surface; overflow-x: scroll; overflow-y: scroll; }  /* fixed bars: the view never changes size under a jump */
     LogView > .logview--gutter { color: $text-muted; }
     LogView > .logview--evidence { background: $warning 35%; color: $foreground; text-style: bold; }
     LogView > .logview--cursor { background: $accent 35%; color: $foreground; }
@@ -72,8 +72,8 @@ class LogView(ScrollView, can_focus=True):
         size = Size(width, self.lines_known)
         if size != self.virtual_size:
             self.virtual_size = size
-            if self.follow:  # a scrollbar that appears shrinks the view: keep the jumped-to line in it
-                self.call_after_refresh(self._keep_visible, self.cursor)
+            if self.follow:  # a scrollbar that appears shrinks the view: place the jumped-to line again
+                self.call_after_refresh(self._place, self.cursor)
         self.refresh()
 
     def _line(self, index: int) -> str:
@@ -133,13 +133,17 @@ class LogView(ScrollView, can_focus=True):
         line = max(1, min(line, max(self.lines_known, 1)))
         self.cursor = line
         self.follow = True
+        self._place(line)
+        self.call_after_refresh(self._place, line)  # the new height may not be laid out yet
 
-        def scroll() -> None:
+    def _place(self, line: int) -> None:
+        if self.follow and line == self.cursor:
             top = max(0, line - 1 - self.scrollable_content_region.height // 3)
             self.scroll_to(0, top, animate=False, immediate=True)
 
-        scroll()
-        self.call_after_refresh(scroll)  # the new height may not be laid out yet
+    def on_resize(self) -> None:
+        if self.follow:  # the panes around it settled after the jump: a third of the way down again
+            self.call_after_refresh(self._place, self.cursor)
 
     def on_mouse_scroll_down(self) -> None:
         self.follow = False
