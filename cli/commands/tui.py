@@ -9,9 +9,9 @@ from gpudoctor.errors import UserError
 
 HELP = "open the interactive session (gpudoctor alone does this on a terminal)"
 DESCRIPTION = """\
-Search the catalogue by symptom, read entries, diagnose logs with their evidence
-lines lit, follow every rank on a timeline, and run probes, from one keyboard-driven
-screen. F1 or ? inside shows every key.
+Search the catalogue by symptom, read entries, diagnose logs with the evidence
+lines lit and every rank on a timeline, run probes, and preview, apply and undo
+fixes, from one keyboard-driven screen. F1 or ? inside shows every key.
 
 examples:
   gpudoctor tui
