@@ -15,9 +15,10 @@ fixes, from one keyboard-driven screen. F1 or ? inside shows every key.
 
 examples:
   gpudoctor tui
-  gpudoctor tui logs/                          # a torchrun --log-dir, per-rank files
-  kubectl logs trainer-0 | gpudoctor tui -     # read before the terminal is taken over
-  gpudoctor diagnose --tui rank*.log           # the same, from diagnose
+  gpudoctor tui logs/                       # a torchrun --log-dir, per-rank files
+  kubectl logs trainer-0 | gpudoctor tui -  # read first, then keys from the tty
+  gpudoctor tui --script train.py           # its lint findings, each with a fix
+  gpudoctor diagnose --tui rank*.log        # diagnose, opened in the session
 
 exit codes: 0 closed normally, 2 usage or input error (or no terminal)"""
 
