@@ -15,7 +15,7 @@ fixes, from one keyboard-driven screen. F1 or ? inside shows every key.
 
 examples:
   gpudoctor tui
-  gpudoctor tui logs/                       # a torchrun --log-dir, per-rank files
+  gpudoctor tui logs/                       # per-rank logs (torchrun --log-dir)
   kubectl logs trainer-0 | gpudoctor tui -  # read first, then keys from the tty
   gpudoctor tui --script train.py           # its lint findings, each with a fix
   gpudoctor diagnose --tui rank*.log        # diagnose, opened in the session
