@@ -97,8 +97,7 @@ def test_a_piped_log_is_read_before_the_terminal_is_taken(tmux):
 
 
 def test_diagnose_tui_opens_on_the_results(tmux):
-    example = ROOT / "examples" / "rank-crash-then-timeout"
-    tmux.start(f"{shlex.quote(str(BIN))} diagnose --tui {shlex.quote(str(example))}")
+    tmux.start(f"{shlex.quote(str(BIN))} diagnose --tui examples/rank-crash-then-timeout")  # run from ROOT
     screen = tmux.wait_for("D20", "failed first", "evidence 1/", timeout=60)
     assert "rank2.log" in screen
     tmux.keys("t")  # the rank timeline toggles
