@@ -74,3 +74,23 @@ async def test_command_palette_opens_an_entry(make):
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, EntryScreen), what="entry from the palette")
         assert app.screen.entry_id == "MN3"
+
+
+async def test_a_failing_worker_is_reported_once_and_the_screen_recovers(make, catalog, monkeypatch):
+    class Broken:
+        def search(self, query, limit=10):
+            raise RuntimeError("index damaged")
+
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        real = catalog.search_index()
+        monkeypatch.setattr(catalog, "index", Broken())
+        await pilot.press("x")
+        await wait_until(pilot, lambda: any("index damaged" in str(n.message) for n in app._notifications),
+                         what="the error notification")
+        assert not screen.searching  # WorkFailed reached the screen: the next keystroke searches again
+        monkeypatch.setattr(catalog, "index", real)
+        await pilot.press(*"nccl")
+        await wait_until(pilot, lambda: screen.shown_query == "xnccl", what="a search after the failure")
+        assert sum("index damaged" in str(n.message) for n in app._notifications) == 1
