@@ -39,7 +39,9 @@ def entry_to_markdown(entry: Entry, titles: dict[str, str] | None = None, *, lin
     else:
         parts += _section("What the logs say", [f"`{s}`" if "`" not in s else s for s in entry.error_strings])
     parts += _section("Confirm it", [f"`gpudoctor probe {p}`" for p in entry.probes])
-    parts += _section("Fix actions", [f"`{a.id}` ({a.safety}): {a.title}" for a in entry.fix_actions])
+    parts += _section("Fix actions", [f"`{a.id}` ({a.safety}): {a.title}" for a in entry.fix_actions] + (
+        [f"`gpudoctor fix {entry.id}` shows them as a diff, a command or exports; `--apply` writes the safe ones"]
+        if entry.fix_actions else []))
     parts += _section("Related", [
         f"**{rel.id}** {titles[rel.id]}: {rel.why}" if rel.id in titles else f"**{rel.id}**: {rel.why}"
         for rel in entry.related

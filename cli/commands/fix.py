@@ -9,26 +9,27 @@ from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
 HELP = "show an entry's fix as a diff; apply it or undo it"
 DESCRIPTION = """\
 Show the fix of a catalogue entry as a plan: the diff against your training
-script or config, the rewritten launch command, the variables to export. Nothing
-is written unless you pass --apply, which writes the safe fixes (add --unsafe for
-the unsafe ones; display-only fixes are only shown). Before writing, every file
-is checked against the preview; a copy is kept and `gpudoctor fix --undo` puts
-the files back byte for byte.
+script or config, the rewritten launch command, the variables to export.
+Nothing is written unless you pass --apply, which writes the safe fixes (add
+--unsafe for the unsafe ones; display-only fixes are only shown). Before
+writing, every file is checked against the preview; a copy is kept and
+`gpudoctor fix --undo` puts the files back byte for byte.
 
 examples:
-  gpudoctor fix D22 --script train.py               # the diff, nothing written
+  gpudoctor fix D22 --script train.py          # the diff, nothing written
   gpudoctor fix D22 --script train.py --apply
   gpudoctor fix --undo
-  gpudoctor fix D4 --cmd "torchrun --master-port=29500 --nproc-per-node=2 train.py"
+  gpudoctor fix D4 --cmd "torchrun --master-port=29500 train.py"
   gpudoctor fix MN2 --param interface=ens5 --env-file cluster.env --apply
-  gpudoctor fix --log logs/ --script train.py       # the top finding of the log
+  gpudoctor fix --log logs/ --script train.py  # the top finding of the log
 
-safety: safe fixes are applied by --apply; unsafe ones change behaviour (each says
-why) and need --unsafe too; display-only ones are shown for you to adapt by hand.
-exit codes: 0 a plan shown, applied or undone; 1 nothing to fix with these inputs;
-2 usage or input error (no such file, not Python, a file changed since the preview,
-a fix that would leave a file that does not parse)
-environment: GPUDOCTOR_STATE_DIR holds the undo journal (default ~/.local/state/gpudoctor)"""
+safety: --apply writes safe fixes; unsafe ones change behaviour (each says
+why) and also need --unsafe; display-only ones are for you to adapt by hand.
+exit codes: 0 a plan shown, applied or undone; 1 nothing to fix with these
+inputs; 2 usage or input error (no such file, not Python, a file changed
+since the preview, a fix that would leave a file that does not parse)
+environment: GPUDOCTOR_STATE_DIR holds the undo journal
+(default ~/.local/state/gpudoctor)"""
 
 
 def add_arguments(parser) -> None:

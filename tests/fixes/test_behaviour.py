@@ -60,16 +60,19 @@ def test_d21_rank0_only_collective_hangs_before_the_fix_and_completes_after(tmp_
     before = DATA / "D21" / "eval_on_rank0.py"
     after = tmp_path / "eval_on_rank0_fixed.py"
     after.write_text(Path(str(before) + ".fixed").read_text())
-    env = {"TRAIN_DIST_TIMEOUT": "2"}  # the process group's own timeout bounds the deadlock
-
-    codes, outs, took = run_ranks(before, extra_env=env)
-    # a deadlock: rank 0 waits in the all_reduce, rank 1 in the barrier, until the 2 s timeout ends both
-    assert None not in codes and 0 not in codes, (codes, outs)
-    assert "in all_reduce" in outs[0] and "Timed out" in outs[0], outs[0][-2000:]
-    assert "in barrier" in outs[1] and "Timed out" in outs[1], outs[1][-2000:]
+    # before: rank 0 waits in the all_reduce, rank 1 in the barrier, until the process group's 3 s timeout
+    # ends both. A loaded machine can stall a rank before it gets there, so one retry is allowed for that.
+    for attempt in range(2):
+        codes, outs, took = run_ranks(before, extra_env={"TRAIN_DIST_TIMEOUT": "3"})
+        if "in all_reduce" in outs[0] and "in barrier" in outs[1]:
+            break
+    assert None not in codes and 0 not in codes, (codes, outs)  # they ended on their own: bounded
+    assert "in all_reduce" in outs[0] and "in barrier" in outs[1], outs
+    assert re.search(r"Timed out|Connection (closed|reset)", outs[0] + outs[1]), outs
     assert not re.search(r"final val accuracy \d", outs[0])  # rank 0 never got its reduced value
 
-    codes, outs, took = run_ranks(after, extra_env=env)
+    # after: the same ranks complete (a longer timeout, so that load alone cannot fail them)
+    codes, outs, took = run_ranks(after, extra_env={"TRAIN_DIST_TIMEOUT": "60"})
     assert codes == [0, 0], outs
     assert re.findall(r"final val accuracy \d\.\d{3}", outs[0])
     assert "val accuracy" not in outs[1]  # the print stays on rank 0

@@ -91,3 +91,13 @@ def test_the_entries_the_issue_names_have_their_fixes():
     assert ("patch", "unsafe") in kinds["D8"] and ("patch", "display-only") in kinds["P1"]
     assert ("env", "safe") in kinds["MN2"] and ("env", "safe") in kinds["MN3"]
     assert ("config", "safe") in kinds["D17"] and ("config", "safe") in kinds["D18"] and ("config", "safe") in kinds["D5"]
+
+
+def test_importing_the_fix_modules_loads_neither_torch_nor_textual_nor_libcst():
+    import subprocess
+    import sys
+
+    code = ("import sys, gpudoctor.engine.fixes, gpudoctor.engine.fixes.apply, gpudoctor.commands.fix; "
+            "print(sorted(m for m in ('torch', 'textual', 'libcst') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
