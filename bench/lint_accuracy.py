@@ -36,6 +36,9 @@ PINNED = [  # project, version: each ships distributed training entry points ins
     ("mosaicml", "0.31.0"),  # composer/trainer, composer/utils/dist.py, callbacks
     ("megatron_core", "0.13.0"),  # megatron/core: parallel state, distributed checkpointing
     ("deepspeed", "0.17.2"),  # sdist: deepspeed/runtime/engine.py (save_checkpoint), launcher
+    ("llm_foundry", "0.20.0"),  # llmfoundry: train/eval entry points on composer
+    ("fairscale", "0.4.13"),  # sdist: FSDP/OSS ancestors, benchmarks with their own training loops
+    ("axolotl", "0.12.2"),  # axolotl: train, evaluate, callbacks
 ]
 SETUP = re.compile(r"init_process_group|DistributedSampler|init_device_mesh|Accelerator\(|PartialState\(|"
                    r"Fabric\(|deepspeed\.initialize|DistributedDataParallel\(")

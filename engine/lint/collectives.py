@@ -28,7 +28,8 @@ COLLECTIVE_FUNCS = {
 # methods that are collectives on any receiver
 ANY_RECEIVER = {"barrier", "wait_for_everyone", "all_reduce", "all_gather", "all_gather_object",
                 "reduce_scatter", "broadcast_object_list", "gather_for_metrics", "save_16bit_model",
-                "save_fp16_model", "full_optim_state_dict"}
+                "save_fp16_model", "full_optim_state_dict", "_zero3_consolidated_16bit_state_dict",
+                "consolidated_16bit_state_dict"}
 # receiver name fragment -> methods that sync through it
 BY_RECEIVER = {
     "accelerator": {"gather", "reduce", "pad_across_processes", "save_state", "save_model", "get_state_dict"},

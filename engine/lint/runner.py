@@ -141,13 +141,17 @@ def expand(paths) -> tuple[list[str], list[tuple[str, str]]]:
 def lint_paths(paths, *, select=None, ignore=None, jobs: int | None = None, kb_dirs=None) -> LintResult:
     """Lint files and folders; folders are walked and their files linted by `jobs` worker processes."""
     files, errors = expand(paths)
+    files = list(dict.fromkeys(files))  # a file named twice (or inside two given folders) is linted once
     select, ignore = _norm(select), _norm(ignore)
     jobs = jobs or min(2, os.cpu_count() or 1)
     work = [(f, select, ignore) for f in files]
     if jobs > 1 and len(files) >= PARALLEL_MIN_FILES:
         import multiprocessing
+        import threading
 
-        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        # fork is the cheapest start, but only safe while this process has a single thread (the TUI has more)
+        method = "fork" if os.name == "posix" and threading.active_count() == 1 else "spawn"
+        ctx = multiprocessing.get_context(method)
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
             results = list(pool.map(_lint_file, work, chunksize=max(1, len(work) // (jobs * 8))))
     else:

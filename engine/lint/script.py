@@ -200,6 +200,8 @@ class Script:
             own = getattr(stmt, OWN_ATTR, ())
             if own:
                 self._record(own, ctx)  # the statement's own expressions run in ctx
+            if stmt.__class__ in (ast.Assign, ast.AnnAssign) and stmt.value is not None:
+                stmt.value._gd_scope = ctx.func  # type: ignore[attr-defined]  # where the assigned name lives
             if stmt.__class__ not in COMPOUND:
                 continue
             if isinstance(stmt, FUNC_TYPES):

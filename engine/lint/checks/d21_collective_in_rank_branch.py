@@ -24,7 +24,7 @@ class CollectiveInRankBranch(Check):
                         desc, line, chain = hit
                         via = f"{site.attr}() -> {chain + ' -> ' if chain else ''}line {line}: "
                         break
-            if desc is None or _point_to_point(site):
+            if desc is None or _point_to_point(site) or _subgroup_members(site):
                 continue
             candidates.append((site, desc, via))
         for site, desc, via in candidates:
@@ -32,7 +32,7 @@ class CollectiveInRankBranch(Check):
                 continue
             gate = site.gate
             where = {"body": f"inside `if {gate.reason}:`", "else": f"in the else of `if {gate.reason[5:-1]}:`",
-                     "after": gate.reason, "decorator": f"in a {gate.reason} function"}[gate.branch]
+                     "after": gate.reason, "decorator": f"in a {gate.reason} function"}.get(gate.branch, gate.reason)
             yield Hit(site.line, site.node.col_offset,
                       f"{via}{desc} runs {where} (line {gate.node.lineno}); ranks outside the branch never join it "
                       "and every rank hangs; run it on all ranks and gate only the side effect")
@@ -40,6 +40,18 @@ class CollectiveInRankBranch(Check):
 
 def _point_to_point(site) -> bool:
     return site.attr in ("send", "recv", "isend", "irecv", "batch_isend_irecv")
+
+
+def _subgroup_members(site) -> bool:
+    """`if rank in ranks: all_reduce(t, group=g)`: the members of a subgroup run its collective, correctly."""
+    import ast
+
+    gate = site.gate
+    if not any(k.arg == "group" for k in site.node.keywords) or gate.branch != "body":
+        return False
+    test = gate.node.test
+    return isinstance(test, ast.Compare) and any(isinstance(op, (ast.In, ast.Lt, ast.LtE, ast.Gt, ast.GtE))
+                                                 for op in test.ops)
 
 
 def _complementary(site, candidates) -> bool:

@@ -24,6 +24,8 @@ class SamplerWithoutSetEpoch(Check):
                 shuffle = site.node.args[3]
             if isinstance(shuffle, ast.Constant) and not shuffle.value:
                 continue
+            if _evaluation_only(script, site):
+                continue  # the order of an evaluation pass does not matter
             yield Hit(site.line, site.node.col_offset,
                       "DistributedSampler shuffles with a seed that only changes through set_epoch(), which this "
                       "file never calls: every epoch sees the same order; call sampler.set_epoch(epoch) at the "
@@ -34,3 +36,15 @@ def _epoch_loop(node) -> bool:
     """`for epoch in range(...)` / `while epoch < n`: this file runs the epochs itself."""
     text = ast.unparse(node.target if isinstance(node, (ast.For, ast.AsyncFor)) else node.test)
     return "epoch" in text.lower()
+
+
+def _evaluation_only(script, site) -> bool:
+    """The sampler (or the loader it is passed to) is named for validation or test data."""
+    words = ("val", "eval", "test", "dev")
+    for targets, value in script.assigns:
+        if value.lineno <= site.line <= (value.end_lineno or value.lineno) and value.col_offset <= site.node.col_offset \
+                or value is site.node:
+            if any(any(w in t.lower() for w in words) for t in targets):
+                return True
+    args = " ".join(ast.unparse(a) for a in site.node.args[:1]).lower()
+    return any(w in args for w in words)

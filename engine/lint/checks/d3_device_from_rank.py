@@ -19,16 +19,22 @@ class DeviceFromGlobalRank(Check):
 
     def find(self, script):
         global_names = _global_names(script)
+        local = {(getattr(v, "_gd_scope", None), t) for targets, v in script.assigns for t in targets}
 
-        def is_global(node) -> bool:
+        def is_global(node, func=None) -> bool:
             if isinstance(node, ast.Name):
-                return node.id in global_names
+                name = node.id
+                if name in GLOBAL_NAMES or (func, name) in global_names:
+                    return True
+                # a module-level global rank, unless the function has its own variable or parameter of that name
+                return (None, name) in global_names and func is not None and (func, name) not in local and \
+                    name not in {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
             if isinstance(node, ast.Attribute):
                 return node.attr in GLOBAL_NAMES or (node.attr == "rank" and last_name(node.value) in ("args", "opt"))
             if isinstance(node, ast.Call):
                 if _env_key(node) in GLOBAL_ENV or last_name(node.func) in ("get_rank", "get_global_rank"):
                     return not node.args and not node.keywords or last_name(node.func) != "get_rank"
-                return last_name(node.func) == "int" and bool(node.args) and is_global(node.args[0])
+                return last_name(node.func) == "int" and bool(node.args) and is_global(node.args[0], func)
             if isinstance(node, ast.Subscript):
                 return _env_key(node) in GLOBAL_ENV
             return False
@@ -39,7 +45,7 @@ class DeviceFromGlobalRank(Check):
                 key = (value.lineno, value.col_offset)
                 if key in seen:
                     continue
-                if is_global(value):
+                if is_global(value, site.func):
                     seen.add(key)
                     yield Hit(value.lineno, value.col_offset,
                               f"{ast.unparse(value)} is the global rank: on a second node it names a GPU that does "
@@ -56,7 +62,7 @@ class DeviceFromGlobalRank(Check):
             for i, part in enumerate(node.values[:-1]):
                 nxt = node.values[i + 1]
                 if isinstance(part, ast.Constant) and str(part.value).endswith("cuda:") and \
-                        isinstance(nxt, ast.FormattedValue) and is_global(nxt.value):
+                        isinstance(nxt, ast.FormattedValue) and is_global(nxt.value, s.func):
                     key = (node.lineno, node.col_offset)
                     if key not in seen:
                         seen.add(key)
@@ -65,18 +71,20 @@ class DeviceFromGlobalRank(Check):
                                   "on a second node it names a GPU that does not exist; use LOCAL_RANK", "error")
 
 
-def _global_names(script) -> set[str]:
-    names = set(GLOBAL_NAMES)
+def _global_names(script) -> set[tuple]:
+    """(scope, name) pairs: names a function (or the module, scope None) assigns from the global rank."""
+    names: set[tuple] = set()
     for _ in range(2):
         for targets, value in script.assigns:
+            scope = getattr(value, "_gd_scope", None)
             v = value
             while isinstance(v, ast.Call) and last_name(v.func) in ("int",) and v.args:
                 v = v.args[0]
             if (_env_key(v) in GLOBAL_ENV) or (isinstance(v, ast.Call) and last_name(v.func) == "get_rank"
                                                and not v.args and not v.keywords) or \
-                    (isinstance(v, ast.Name) and v.id in names) or \
+                    (isinstance(v, ast.Name) and ((scope, v.id) in names or v.id in GLOBAL_NAMES)) or \
                     (isinstance(v, ast.Attribute) and v.attr == "rank" and last_name(v.value) in ("args", "opt")):
-                names.update(t for t in targets if t.isidentifier())
+                names.update((scope, t) for t in targets if t.isidentifier())
     return names
 
 

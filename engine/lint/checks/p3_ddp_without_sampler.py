@@ -5,7 +5,7 @@ from gpudoctor.engine.lint.model import Check, Hit
 
 SHARDING_NAMES = ("DistributedSampler", "split_dataset_by_node", "shard", "num_replicas", "ElasticSampler",
                   "DistributedBatchSampler", "prepare", "prepare_data_loader", "setup_dataloaders", "IterableDataset",
-                  "sampler", "batch_sampler")
+                  "sampler", "batch_sampler", "Subset", "num_shards", "shard_id")
 
 
 class DDPWithoutSampler(Check):

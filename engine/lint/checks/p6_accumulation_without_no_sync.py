@@ -23,14 +23,20 @@ class AccumulationWithoutNoSync(Check):
         for node, ctx in script.ifs:
             if not ACCUM_TEST.search(ast.unparse(node.test)):
                 continue
-            steps = [c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                     and c.func.attr == "step"]
-            if not steps:
-                continue
-            backward = next((s for s in script.calls_in(ctx.func) if s.attr == "backward" and s.loop), None)
+            inside = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            calls = script.calls_in(ctx.func)
+            steps = [s for s in calls if s.attr == "step" and s.line in inside and _optimizer(s)]
+            if not steps or any(s.attr == "step" and s.loop and s.line not in inside and _optimizer(s) for s in calls):
+                continue  # a scheduler stepping every N iterations, or an optimizer that steps every iteration
+            backward = next((s for s in calls if s.attr == "backward" and s.loop), None)
             if backward is not None:
                 yield Hit(backward.line, backward.node.col_offset,
                           f"gradients accumulate (optimizer step under `if {ast.unparse(node.test)[:40]}:`, line "
                           f"{node.lineno}) but DDP all-reduces at every backward(); run the non-final micro-steps "
                           "inside `with model.no_sync():`")
                 return
+
+
+def _optimizer(site) -> bool:
+    recv = (site.recv or site.recv_last or "").lower()
+    return ("optim" in recv or recv.endswith("opt") or "scaler" in recv) and "sched" not in recv

@@ -181,3 +181,19 @@ def test_pre_commit_hook_runs_this_command():
     notes_only = Path(__file__).resolve().parents[2] / "data" / "lint" / "correct" / "rank0_logging_no_collective.py"
     assert run(notes_only).returncode == 1 and run(*hook["args"], notes_only).returncode == 0
     assert run(*hook["args"], BUGGY / "p2_ddp_before_to_device.py").returncode == 1
+
+
+def test_lint_paths_from_a_threaded_caller_and_duplicates(tmp_path):
+    import threading
+
+    from gpudoctor.engine.lint import lint_paths
+
+    for i in range(30):
+        shutil.copy(BUGGY / "d22_sampler_without_set_epoch.py", tmp_path / f"t{i:02d}.py")
+    out = {}
+    worker = threading.Thread(target=lambda: out.setdefault("r", lint_paths([str(tmp_path), str(tmp_path)], jobs=2)))
+    worker.start()
+    worker.join(120)
+    result = out["r"]
+    assert result.files == 30
+    assert len([f for f in result.findings if f.entry_id == "D22"]) == 30
