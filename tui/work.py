@@ -4,11 +4,14 @@ from __future__ import annotations
 from typing import Callable
 
 from textual.dom import DOMNode
-from textual.worker import Worker, get_current_worker
+from textual.worker import Worker, get_current_worker  # noqa: F401  (re-exported for the screens' workers)
 
 
 class Cancelled(Exception):
-    """Raised inside a worker's callbacks when the user cancelled it; never reported as an error."""
+    """Raised inside a worker's callbacks when the user cancelled it; never reported as an error.
+
+    A thread cannot be interrupted: a worker checks `get_current_worker().is_cancelled` between steps
+    (the diagnosis does it in its progress callback, the log index between reads)."""
 
 
 def background(node: DOMNode, fn: Callable[[], object], *, name: str, exclusive: bool = True) -> Worker:
@@ -22,16 +25,3 @@ def background(node: DOMNode, fn: Callable[[], object], *, name: str, exclusive:
     worker = app.run_worker(fn, name=name, group=group, exclusive=exclusive, thread=True, exit_on_error=False)
     app.worker_owners[worker] = node
     return worker
-
-
-def cancelled() -> bool:
-    """Inside a worker: whether it was cancelled (check it between steps, or raise Cancelled from a callback)."""
-    try:
-        return get_current_worker().is_cancelled
-    except RuntimeError:  # not in a worker (a test calling the function directly)
-        return False
-
-
-def check_cancelled() -> None:
-    if cancelled():
-        raise Cancelled()
