@@ -153,3 +153,19 @@ async def test_a_missing_file_is_one_line_not_a_crash(make, tmp_path):
             app.screen.query_one("#status").render()), what="the error")
         assert app.screen.diagnosis is None
         assert os.path.basename(str(tmp_path / "nope.log")) in str(app.screen.query_one("#status").render())
+
+
+async def test_a_gzipped_log_is_inflated_for_the_view(make, tmp_path):
+    import gzip
+
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(D8_LOG.read_bytes()))
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_log(app, pilot, [path])
+        log = screen.query_one(LogView)
+        await wait_until(pilot, lambda: log.logfile is not None and log.logfile.complete, what="inflated")
+        assert screen.diagnosis.findings[0].id == "D8"
+        assert log.logfile.line_count == len(D8_LOG.read_text().splitlines())
+        line = screen.diagnosis.findings[0].evidence[0].line
+        assert log.logfile.lines(line - 1, 1)[0] == D8_LOG.read_text().splitlines()[line - 1]

@@ -66,6 +66,7 @@ class LogScreen(Screen):
         self.diagnosis_seconds: float | None = None
         self.pending_jump: tuple[str, int] | None = None
         self.first_lines = threading.Event()  # set once the log view has lines: the scan may take the cores
+        self.temp_files: list[str] = []  # pasted text, inflated .gz: removed when the screen closes
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -103,6 +104,7 @@ class LogScreen(Screen):
                     fh.write(text)
                 paths[:] = [tmp]
                 names[tmp] = "<pasted>"
+                self.temp_files.append(tmp)
             try:
                 sources = [replace(s, name=names.get(str(s.path), s.name)) for s in resolve(paths)]
             except InputError as exc:
@@ -245,6 +247,7 @@ class LogScreen(Screen):
             path = str(source.path)
             if source.compressed:
                 path = _decompress(source)
+                self.temp_files.append(path)
             logfile = LogFile(path, name)
             self.post_message(LogOpened(logfile))
             last = [0.0]
@@ -352,6 +355,11 @@ class LogScreen(Screen):
             worker.cancel()
         if self.diagnose_worker is not None:
             self.diagnose_worker.cancel()
+        for path in self.temp_files:  # an open mapping keeps its pages; the name goes now
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def _decompress(source) -> str:
