@@ -8,7 +8,6 @@ import sys
 from gpudoctor import __version__
 from gpudoctor.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 
-ISSUES_URL = "https://github.com/gpudoctor/gpudoctor/issues"
 
 # command name -> module under gpudoctor.commands; each has HELP, add_arguments(parser), run(args, out)
 COMMANDS = {
@@ -19,6 +18,7 @@ COMMANDS = {
     "validate": "validate",
     "probe": "probe",
     "check": "check",
+    "tui": "tui",
     "fix": "fix",
     "lint": "lint",
 }
@@ -103,8 +103,11 @@ def _run(argv: list[str], stdout, stderr) -> int:
     except SystemExit as exc:
         return int(exc.code or 0)
     if not getattr(args, "command", None):
-        parser.print_help(stdout)
-        return 0
+        if argv or not (_isatty(sys.stdin) and _isatty(stdout)):
+            parser.print_help(stdout)  # no terminal (a pipe, CI): help, never a hang
+            return 0
+        args = parser.parse_args(["tui"])
+    args._out_stream = stdout
     out = Out.for_stream(stdout, args.color)
     err = Out.for_stream(stderr, args.color)
     args.err = err
@@ -155,12 +158,19 @@ def _internal_error(exc: BaseException, argv: list[str], stderr) -> int:
     where = f"the details are in {report}" if report else "no report file could be written"
     what = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
     try:
-        stderr.write(f"gpudoctor: internal error ({what}); this is a bug: {where}; please report it at "
-                     f"{ISSUES_URL}\n")
+        stderr.write(f"gpudoctor: internal error ({what}); this is a bug: {where}; please attach it when you "
+                     f"report the bug\n")
         stderr.flush()
     except Exception:  # noqa: BLE001 - stderr itself is gone: the exit code still says it
         pass
     return EXIT_INTERNAL
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def entry() -> None:

@@ -38,6 +38,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N confident findings, and N possible causes (default 5)")
     parser.add_argument("--probe", action="store_true",
                         help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
+    parser.add_argument("--tui", action="store_true", help="open the results in the interactive session")
     parser.add_argument("--script", metavar="FILE", help="end with the top finding's fix as a diff against this script")
     parser.add_argument("--cmd", metavar="CMD", help="and with this launch command rewritten for it")
 
@@ -116,6 +117,9 @@ def _options_from_evidence(findings) -> dict:
 
 
 def run(args, out) -> int:
+    if args.tui:
+        from gpudoctor.commands.tui import launch
+        return launch(args, args.paths or ["-"], script=getattr(args, "script", None))
     from gpudoctor.engine.diagnose import diagnose
     from gpudoctor.engine.sources import resolve, stdin_is_terminal
 

@@ -1,0 +1,145 @@
+"""Fix and Lint views on engine.fixes / engine.lint: Apply only after yes, Undo, unsafe says why, findings inline."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from gpudoctor.tui.screens.confirm import ConfirmScreen
+from gpudoctor.tui.screens.entry import EntryScreen
+from gpudoctor.tui.screens.fix import FixScreen
+from gpudoctor.tui.screens.lint import LintScreen
+from gpudoctor.tui.widgets.logview import LogView
+
+from .conftest import ROOT, wait_until
+
+FIXES = ROOT / "tests" / "data" / "fixes"
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    folder = tmp_path / "state"
+    monkeypatch.setenv("GPUDOCTOR_STATE_DIR", str(folder))
+    return folder
+
+
+def copy(tmp_path, entry: str, name: str):
+    target = tmp_path / "train.py"
+    shutil.copy(FIXES / entry / name, target)
+    return target, (FIXES / entry / (name + ".fixed")).read_text()
+
+
+def journals(state) -> list:
+    folder = state / "journal"
+    return sorted(folder.iterdir()) if folder.exists() else []
+
+
+async def open_fix(app, pilot, entry: str, script):
+    app.open_fix(entry, script=str(script))
+    await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None, what="plan")
+    return app.screen
+
+
+async def test_apply_writes_only_after_yes_and_undo_restores(make, tmp_path, state):
+    script, fixed = copy(tmp_path, "D21", "eval_on_rank0.py")
+    original = script.read_bytes()
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_fix(app, pilot, "D21", script)
+        assert screen.plan.applicable(False)
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+        await pilot.press("n")
+        await wait_until(pilot, lambda: app.screen is screen)
+        await pilot.pause(0.3)
+        assert script.read_bytes() == original and journals(state) == []  # no: nothing written
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("escape")  # esc is a no too
+        await wait_until(pilot, lambda: app.screen is screen)
+        await pilot.pause(0.3)
+        assert script.read_bytes() == original
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: screen.last_result is not None, what="the write")
+        assert script.read_text() == fixed
+        assert screen.last_result.written == (str(script),) and len(journals(state)) == 1
+        await pilot.press("u")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: hasattr(screen.last_result, "restored"), what="the undo")
+        assert script.read_bytes() == original
+
+
+async def test_unsafe_fix_says_why_and_needs_its_own_key(make, tmp_path, state):
+    script, fixed = copy(tmp_path, "D8", "aux_head_unused.py")
+    original = script.read_bytes()
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_fix(app, pilot, "D8", script)
+        unsafe = [f for f in screen.plan.fixes if f.safety == "unsafe" and f.edits]
+        assert unsafe and not screen.plan.applicable(False)
+        assert "why it is unsafe: " + unsafe[0].why[:40] in screen.shown_text
+        await pilot.press("a")  # safe only: nothing to write, no question asked
+        await pilot.pause(0.3)
+        assert app.screen is screen and script.read_bytes() == original
+        await pilot.press("A")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert unsafe[0].why[:40] in app.screen.detail
+        await pilot.press("y")
+        await wait_until(pilot, lambda: screen.last_result is not None, what="the write")
+        assert script.read_text() == fixed
+
+
+async def test_a_file_changed_after_the_preview_is_not_overwritten(make, tmp_path, state):
+    script, _ = copy(tmp_path, "D21", "eval_on_rank0.py")
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_fix(app, pilot, "D21", script)
+        script.write_text(script.read_text() + "# edited meanwhile\n")
+        edited = script.read_bytes()
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: "since the preview" in str(screen.query_one("#fix-status").render()),
+                         what="the stale-file message")
+        assert script.read_bytes() == edited and journals(state) == []
+
+
+async def test_lint_shows_findings_inline_linked_to_entry_and_fix(make, tmp_path, state):
+    from gpudoctor.engine.lint import lint_paths
+
+    script, fixed = copy(tmp_path, "D21", "eval_on_rank0.py")
+    expected = lint_paths([str(script)]).findings
+    assert expected
+    app = make(script=str(script))  # --script alone opens on the lint view
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LintScreen) and app.screen.result is not None
+                         and app.screen.logfile is not None, what="lint")
+        screen = app.screen
+        assert screen.result.findings == expected
+        view = screen.query_one(LogView)
+        assert view.evidence == {f.line for f in expected}
+        await wait_until(pilot, lambda: view.cursor == expected[0].line and expected[0].line in view.rendered_lines,
+                         what="the finding's line in view")
+        await pilot.press("f")
+        await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None)
+        assert app.screen.entry_id == expected[0].entry_id and app.screen.script == str(script)
+        assert any(f.action_id == expected[0].fix_id for f in app.screen.plan.fixes)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, EntryScreen))
+        assert app.screen.entry_id == expected[0].entry_id
+
+
+async def test_lint_names_an_unparsable_script(make, tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("def f(:\n    pass\n")
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.open_lint(str(bad))
+        await wait_until(pilot, lambda: isinstance(app.screen, LintScreen) and app.screen.result is not None)
+        assert app.screen.result.errors
+        assert "broken.py" in str(app.screen.query_one("#lint-status").render())

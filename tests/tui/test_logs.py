@@ -1,0 +1,171 @@
+"""Log view: findings with tier and score, evidence lines lit and scrolled to, ranks on a timeline, cancel, paste."""
+from __future__ import annotations
+
+import os
+
+from textual.worker import WorkerState
+
+from gpudoctor.tui.screens.logs import LogScreen
+from gpudoctor.tui.screens.open import OpenScreen
+from gpudoctor.tui.widgets.logview import LogView
+
+from .conftest import EXAMPLE, LOGS, wait_until
+
+D8_LOG = LOGS / "D8" / "aux-head-unused-torchrun.log"
+
+
+def visible(log: LogView) -> range:
+    top = int(log.scroll_offset.y)
+    return range(top + 1, top + log.scrollable_content_region.height + 1)
+
+
+def line_style(log: LogView, number: int):
+    y = number - 1 - int(log.scroll_offset.y)
+    strip = log.render_line(y)
+    return [seg.style for seg in strip if seg.text.strip()][-1]
+
+
+async def open_log(app, pilot, paths):
+    app.open_logs([str(p) for p in paths])
+    await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None,
+                     what="the diagnosis")
+    return app.screen
+
+
+async def test_evidence_lines_are_highlighted_and_scrolled_to(make):
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_log(app, pilot, [D8_LOG])
+        top = screen.diagnosis.findings[0]
+        assert top.id == "D8"
+        assert getattr(top, "tier", "match") == "match"
+        log = screen.query_one(LogView)
+        lines = [ev.line for ev in top.evidence if ev.line > 0]
+        await wait_until(pilot, lambda: log.cursor == lines[0] and lines[0] in visible(log), what="scroll to evidence")
+        assert log.evidence == set(lines)
+        assert lines[0] in log.rendered_lines
+        # the lit line is drawn in the evidence style; a line that is not evidence is not
+        plain = next(n for n in visible(log) if n not in log.evidence and n <= log.lines_known)
+        assert line_style(log, lines[0]) != line_style(log, plain)
+        assert line_style(log, lines[0]).bold
+        if len(lines) > 1:
+            await pilot.press("n")
+            await wait_until(pilot, lambda: log.cursor == lines[1] and lines[1] in visible(log), what="next evidence")
+            await pilot.press("N")
+            await wait_until(pilot, lambda: log.cursor == lines[0], what="previous evidence")
+        # the log line the diagnosis cites is the line the view shows
+        assert log.logfile.lines(lines[0] - 1, 1)[0].strip() in top.evidence[0].text.strip() or \
+            top.evidence[0].text.strip() in log.logfile.lines(lines[0] - 1, 1)[0]
+
+
+async def test_per_rank_logs_show_a_timeline_with_the_first_to_die(make):
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_log(app, pilot, [EXAMPLE])
+        timeline = screen.query_one("#timeline")
+        ranks = screen.diagnosis.ranks
+        assert len(timeline.rows) == len(ranks) > 1
+        first = [row for row in timeline.rows if row["first"]]
+        assert [row["rank"] for row in first] == [2]
+        assert first[0]["note"] == "died first"
+        assert timeline.display
+        # evidence in another rank's file: the view switches to that file
+        ev = screen.diagnosis.findings[0].evidence[0]
+        await wait_until(pilot, lambda: screen.current == ev.file, what="the evidence file")
+        await pilot.press("t")
+        assert not timeline.display
+
+
+async def test_log_text_is_sanitised(make, tmp_path):
+    path = tmp_path / "evil.log"
+    path.write_bytes(b"ok line\n\x1b]0;owned\x07title \x1b[2Jclear \x08back \xe2\x80\xaeRTL\x00nul\n" * 3)
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.open_logs([str(path)])
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.files, what="file open")
+        log = app.screen.query_one(LogView)
+        await wait_until(pilot, lambda: log.lines_known == 6, what="index")
+        await pilot.pause(0.2)
+        text = "".join(seg.text for y in range(6) for seg in log.render_line(y))
+        assert "title" in text and "RTL" in text
+        assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c == "\u202e" for c in text)
+
+
+async def test_a_long_diagnosis_shows_progress_and_can_be_cancelled(make, tmp_path):
+    path = tmp_path / "big.log"
+    line = b"[rank0]: step 12 | loss 0.25 | lr 1e-4 | tokens/s 12345 | nothing to see here at all\n"
+    with open(path, "wb") as fh:
+        fh.write(line * ((160 << 20) // len(line)))
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.open_logs([str(path)])
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: "diagnosing" in str(screen.query_one("#status").render()),
+                         what="progress", timeout=60)
+        log = screen.query_one(LogView)
+        await wait_until(pilot, lambda: log.lines_known > 0, what="first lines while indexing")
+        assert log.logfile.lines(0, 1)[0] == line.decode().rstrip("\n")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: screen.diagnose_worker.state in (WorkerState.CANCELLED, WorkerState.ERROR,
+                                                                         WorkerState.SUCCESS), what="stop", timeout=60)
+        assert screen.diagnosis is None
+        assert "cancelled" in str(screen.query_one("#status").render())
+        assert isinstance(app.screen, LogScreen)  # the first esc cancels; the second goes back
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, LogScreen), what="back")
+
+
+async def test_pasted_text_is_diagnosed(make):
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, OpenScreen))
+        await pilot.click("#--content-tab-tab-paste")
+        await wait_until(pilot, lambda: app.screen.focused is app.screen.query_one("#open-text"), what="paste box")
+        app.screen.query_one("#open-text").text = D8_LOG.read_text()
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None)
+        screen = app.screen
+        assert screen.diagnosis.findings[0].id == "D8"
+        assert screen.current == "<pasted>"
+        assert {ev.file for ev in screen.diagnosis.findings[0].evidence} == {"<pasted>"}
+
+
+async def test_open_dialog_takes_a_typed_path(make):
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, OpenScreen))
+        field = app.screen.query_one("#open-path")
+        field.value = str(D8_LOG)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None)
+        assert app.screen.diagnosis.findings[0].id == "D8"
+
+
+async def test_a_missing_file_is_one_line_not_a_crash(make, tmp_path):
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.open_logs([str(tmp_path / "nope.log")])
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen))
+        await wait_until(pilot, lambda: "nope.log" in str(
+            app.screen.query_one("#status").render()), what="the error")
+        assert app.screen.diagnosis is None
+        assert os.path.basename(str(tmp_path / "nope.log")) in str(app.screen.query_one("#status").render())
+
+
+async def test_a_gzipped_log_is_inflated_for_the_view(make, tmp_path):
+    import gzip
+
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(D8_LOG.read_bytes()))
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_log(app, pilot, [path])
+        log = screen.query_one(LogView)
+        await wait_until(pilot, lambda: log.logfile is not None and log.logfile.complete, what="inflated")
+        assert screen.diagnosis.findings[0].id == "D8"
+        assert log.logfile.line_count == len(D8_LOG.read_text().splitlines())
+        line = screen.diagnosis.findings[0].evidence[0].line
+        assert log.logfile.lines(line - 1, 1)[0] == D8_LOG.read_text().splitlines()[line - 1]

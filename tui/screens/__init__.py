@@ -1,0 +1,1 @@
+"""The TUI's screens: search, entry, logs, open, probes, help, confirm."""

@@ -1,0 +1,199 @@
+"""Fix: an entry's fix planned against the script, shown as a coloured diff; Apply only after a yes, then Undo."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Label, Static
+
+from gpudoctor.tui.messages import FixPlanned, FixWritten, WorkFailed
+from gpudoctor.tui.screens.confirm import ConfirmScreen
+from gpudoctor.tui.work import background
+
+SAFETY_STYLE = {"safe": "bold green", "unsafe": "bold yellow", "display-only": "bold cyan"}
+
+
+def diff_text(diff: str) -> Text:
+    """A unified diff, coloured line by line (its text sanitised: it quotes the user's file)."""
+    from gpudoctor.engine.lines import clean_for_display
+
+    out = Text(no_wrap=True, overflow="ellipsis")
+    for line in diff.splitlines():
+        shown = clean_for_display(line)
+        style = ("bold" if line.startswith(("+++", "---")) else "cyan" if line.startswith("@@")
+                 else "green" if line.startswith("+") else "red" if line.startswith("-") else "")
+        out.append(shown + "\n", style=style)
+    return out
+
+
+def render_plan(plan) -> Group:
+    parts = []
+    for fix in plan.fixes:
+        head = Text.assemble((f"{fix.safety:<12}", SAFETY_STYLE.get(fix.safety, "bold")),
+                             (f"{fix.action_id}", "bold"), f" ({fix.kind}): {fix.title}")
+        parts.append(head)
+        if fix.why:
+            label = {"unsafe": "why it is unsafe: ", "display-only": "why it is shown only: "}.get(fix.safety, "")
+            parts.append(Text("  " + label + fix.why, style="italic"))
+        for name, value in fix.env:
+            parts.append(Text(f"  export {name}={value}", style="green"))
+        for command in fix.commands:
+            parts.append(Text(f"  $ {command}", style="green"))
+        if fix.edits:
+            parts.append(diff_text(fix.diff()))
+        for note in getattr(fix, "notes", ()):
+            parts.append(Text("  note: " + note, style="dim"))
+        parts.append(Text(""))
+    for note in plan.notes:
+        parts.append(Text("note: " + note, style="dim"))
+    if not parts:
+        parts.append(Text(f"{plan.entry_id}: nothing to fix with these inputs", style="dim"))
+    return Group(*parts)
+
+
+class FixScreen(Screen):
+    AUTO_FOCUS = "#fix-body"
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("a", "apply(False)", "Apply"),
+        Binding("A", "apply(True)", "Apply incl. unsafe"),
+        Binding("u", "undo", "Undo"),
+        Binding("s", "focus_script", "Script"),
+    ]
+
+    def __init__(self, entry_id: str, script: str | None = None, *, diagnosis=None, logs=None) -> None:
+        super().__init__()
+        self.entry_id = entry_id
+        self.script = script
+        self.diagnosis, self.logs = diagnosis, logs
+        self.plan = None
+        self.last_result = None
+        self.shown_text = ""  # the plan as displayed, in plain text
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="fix-inputs"):
+            yield Label("script:", classes="bar-label")
+            yield Input(self.script or "", placeholder="training script to patch (enter re-plans)", id="fix-script")
+        yield Label("planning…", id="fix-status")
+        with VerticalScroll(id="fix-body"):
+            yield Static("", id="fix-plan")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"fix {self.entry_id}"
+        self.replan()
+
+    def replan(self) -> None:
+        catalog, entry_id, script = self.app.catalog, self.entry_id, self.script or None
+        diagnosis, logs = self.diagnosis, self.logs
+
+        def run() -> None:
+            from gpudoctor.engine.fixes import FixError, facts_from_diagnosis, plan_fix
+
+            facts = facts_from_diagnosis(diagnosis, logs=logs) if diagnosis is not None else None
+            try:
+                plan = plan_fix(catalog, entry_id, script=script, facts=facts)
+            except FixError as exc:
+                self.post_message(WorkFailed("fix", str(exc)))
+                return
+            self.post_message(FixPlanned(plan))
+
+        background(self, run, name="fix plan")
+
+    @on(Input.Submitted, "#fix-script")
+    def script_given(self, event: Input.Submitted) -> None:
+        self.script = event.value.strip() or None
+        self.query_one("#fix-status", Label).update("planning…")
+        self.replan()
+        self.query_one("#fix-body").focus()
+
+    def on_fix_planned(self, message: FixPlanned) -> None:
+        self.plan = plan = message.plan
+        shown = render_plan(plan)
+        self.shown_text = "\n".join(part.plain for part in shown.renderables)
+        self.query_one("#fix-plan", Static).update(shown)
+        safe, unsafe = len(plan.applicable(False)), len(plan.applicable(True))
+        counts = f"{len(plan.fixes)} fix(es)"
+        if unsafe:
+            counts += f" · a applies {safe} safe" + (f", A also the {unsafe - safe} unsafe" if unsafe > safe else "")
+        self.query_one("#fix-status", Label).update(Text(self.outcome() + counts))
+
+    def outcome(self) -> str:
+        if self.last_result is None:
+            return ""
+        result = self.last_result
+        if hasattr(result, "restored"):
+            return f"undone: restored {', '.join(result.restored)} · "
+        written = ", ".join(result.written) or "nothing (already applied)"
+        return f"wrote {written} · u undoes · "
+
+    def on_work_failed(self, message: WorkFailed) -> None:
+        self.query_one("#fix-status", Label).update(Text(message.error, style="bold red"))
+
+    def action_focus_script(self) -> None:
+        self.query_one("#fix-script", Input).focus()
+
+    def action_apply(self, unsafe: bool) -> None:
+        plan = self.plan
+        if plan is None:
+            return
+        chosen = plan.applicable(unsafe)
+        if not chosen:
+            why = ("the writable fixes here are unsafe: A applies them (read why first)"
+                   if plan.applicable(True) else "nothing here writes a file (give a script, or follow the plan)")
+            self.notify(why, severity="warning")
+            return
+        files = sorted({e.path for f in chosen for e in f.edits})
+        detail = "; ".join(f"{f.action_id} ({f.safety})" + (f": {f.why}" if f.safety == "unsafe" else "")
+                           for f in chosen)
+        question = f"Apply {len(chosen)} fix(es) to {', '.join(files)}?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.apply(plan, unsafe)
+
+        self.app.push_screen(ConfirmScreen(question, detail[:400] + " · a backup is kept; u undoes"), answered)
+
+    def apply(self, plan, unsafe: bool) -> None:
+        def run() -> None:
+            from gpudoctor.engine.fixes import FixError
+            from gpudoctor.engine.fixes.apply import apply_plan
+
+            try:
+                result = apply_plan(plan, unsafe=unsafe)
+            except FixError as exc:  # a file changed since the preview, or the result would not parse
+                self.post_message(WorkFailed("apply", str(exc)))
+                return
+            self.post_message(FixWritten(result, undo=False))
+
+        background(self, run, name="apply fix")
+
+    def action_undo(self) -> None:
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+
+            def run() -> None:
+                from gpudoctor.engine.fixes import FixError
+                from gpudoctor.engine.fixes.apply import undo_last
+
+                try:
+                    result = undo_last()
+                except FixError as exc:
+                    self.post_message(WorkFailed("undo", str(exc)))
+                    return
+                self.post_message(FixWritten(result, undo=True))
+
+            background(self, run, name="undo fix")
+
+        self.app.push_screen(ConfirmScreen("Undo the last applied fix?", "files go back byte for byte"), answered)
+
+    def on_fix_written(self, message: FixWritten) -> None:
+        self.last_result = message.result
+        self.notify(self.outcome().rstrip(" ·"), title="fix")
+        self.replan()

@@ -1,0 +1,127 @@
+"""Lint: a training script with its findings inline, each linked to its catalogue entry and its fix."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Label, OptionList
+from textual.widgets.option_list import Option
+
+from gpudoctor.tui.logfile import LogFile
+from gpudoctor.tui.messages import LintDone, LogOpened, WorkFailed
+from gpudoctor.tui.widgets.logview import LogView
+from gpudoctor.tui.work import background
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "cyan"}
+
+
+def finding_option(finding) -> Option:
+    line = Text.assemble((f"{finding.line:>4}:{finding.col:<3}", "dim"), (f"{finding.severity:<8}",
+                         SEVERITY_STYLE.get(finding.severity, "")), (f"{finding.entry_id:<5}", "bold"),
+                         f" {finding.message}", (" [fix]" if finding.fix_id else "", "green"))
+    return Option(line)
+
+
+class LintScreen(Screen):
+    AUTO_FOCUS = "#lint-findings"
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("e", "entry", "Entry"),
+        Binding("f", "fix", "Fix"),
+        Binding("l", "focus_source", "Source", show=False),
+    ]
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path = path
+        self.result = None
+        self.logfile = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Label("linting…", id="lint-status")
+        yield OptionList(id="lint-findings")
+        yield LogView(id="lint-source")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"lint {self.path}"
+        path = self.path
+
+        def run() -> None:
+            from gpudoctor.engine.lint import lint_paths
+
+            self.post_message(LintDone(lint_paths([path], jobs=1)))
+            try:
+                logfile = LogFile(path)
+            except OSError:
+                return  # lint_paths has named the file and the reason
+            logfile.index()
+            self.post_message(LogOpened(logfile))
+
+        background(self, run, name="lint")
+
+    def on_lint_done(self, message: LintDone) -> None:
+        self.result = result = message.result
+        findings = self.query_one("#lint-findings", OptionList)
+        findings.clear_options()
+        findings.add_options([finding_option(f) for f in result.findings])
+        status = Text(f"{len(result.findings)} finding(s) in {self.path}")
+        for path, error in result.errors:
+            status = Text(f"{path}: {error}", style="bold red")
+        if result.findings:
+            status.append(" · e entry, f fix, l source", style="dim")
+            findings.highlighted = 0
+        self.query_one("#lint-status", Label).update(status)
+        self.show_lines()
+
+    def on_log_opened(self, message: LogOpened) -> None:
+        self.logfile = message.logfile
+        view = self.query_one("#lint-source", LogView)
+        view.show_file(self.logfile)
+        view.grow(self.logfile.line_count)
+        self.show_lines()
+
+    def show_lines(self) -> None:
+        if self.result is None or self.logfile is None:
+            return
+        view = self.query_one("#lint-source", LogView)
+        view.evidence = {f.line for f in self.result.findings}
+        finding = self.finding
+        if finding is not None:
+            view.jump_to(finding.line)
+        view.refresh()
+
+    @property
+    def finding(self):
+        findings = self.query_one("#lint-findings", OptionList)
+        if self.result is None or findings.highlighted is None or not self.result.findings:
+            return None
+        return self.result.findings[findings.highlighted]
+
+    @on(OptionList.OptionHighlighted, "#lint-findings")
+    def highlighted(self) -> None:
+        self.show_lines()
+
+    @on(OptionList.OptionSelected, "#lint-findings")
+    def action_entry(self) -> None:
+        if self.finding is not None:
+            self.app.open_entry(self.finding.entry_id)
+
+    def action_fix(self) -> None:
+        finding = self.finding
+        if finding is None:
+            return
+        if not finding.fix_id:
+            self.notify(f"{finding.entry_id} has no automatic fix for this; e shows the entry's steps",
+                        severity="warning")
+            return
+        self.app.open_fix(finding.entry_id, script=self.path)
+
+    def action_focus_source(self) -> None:
+        self.query_one("#lint-source").focus()
+
+    def on_work_failed(self, message: WorkFailed) -> None:
+        self.query_one("#lint-status", Label).update(Text(message.error, style="bold red"))
