@@ -247,6 +247,12 @@ class _Tolerant:
         except Exception:
             pass
 
+    def __enter__(self) -> "_Tolerant":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
 
 def _decompressor(raw, codec: str, name: str):
     if codec == "gzip":

@@ -19,7 +19,7 @@ SAFETY_STYLE = {"safe": "bold green", "unsafe": "bold yellow", "display-only": "
 
 def diff_text(diff: str) -> Text:
     """A unified diff, coloured line by line (its text sanitised: it quotes the user's file)."""
-    from gpudoctor.engine.lines import clean_for_display
+    from gpudoctor.engine.display import clean_for_display
 
     out = Text(no_wrap=True, overflow="ellipsis")
     for line in diff.splitlines():

@@ -16,7 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
-from gpudoctor.engine.lines import clean_for_display
+from gpudoctor.engine.display import clean_for_display
 from gpudoctor.tui.logfile import Cancelled as IndexCancelled
 from gpudoctor.tui.logfile import LogFile
 from gpudoctor.tui.messages import (DiagnosisDone, IndexProgress, LogOpened, Progress, SourcesResolved,

@@ -131,7 +131,7 @@ class ProbeScreen(Screen):
         self.show_detail(event.row_key.value)
 
     def show_detail(self, probe_id: str) -> None:
-        from gpudoctor.engine.lines import clean_for_display
+        from gpudoctor.engine.display import clean_for_display
 
         detail = self.query_one("#probe-detail", Static)
         result = self.results.get(probe_id)

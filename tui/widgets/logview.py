@@ -9,7 +9,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gpudoctor.engine.lines import clean_for_display
+from gpudoctor.engine.display import clean_for_display
 
 CACHE_LINES = 2_000  # lines kept decoded; a screenful is read at a time
 FETCH = 200
