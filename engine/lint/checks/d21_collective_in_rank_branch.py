@@ -55,13 +55,16 @@ def _subgroup_members(site) -> bool:
 
 
 def _complementary(site, candidates) -> bool:
-    """`if local_rank not in [-1, 0]: barrier()` ... `if local_rank == 0: barrier()`: each rank joins once."""
+    """`if local_rank not in [-1, 0]: barrier()` ... `if local_rank == 0: barrier()`: each rank joins once.
+    So do `if rank != 0: barrier(); return` ... `barrier()` and a collective in both arms of one `if`."""
     gate = site.gate
     for other, _, _ in candidates:
         if other is site or other.func is not site.func or other.gate is None or other.attr != site.attr:
             continue
         og = other.gate
-        if og.node is gate.node and og.branch != gate.branch and {og.branch, gate.branch} == {"body", "else"}:
+        # the same `if` with the collective on both of its paths: in its body and its else, or in a body that
+        # returns early and after it (`if rank != 0: barrier(); return` ... `barrier()`)
+        if og.node is gate.node and {og.branch, gate.branch} in ({"body", "else"}, {"body", "after"}):
             return True
         if og.node is not gate.node and og.branch in ("body", "else", "after") and \
                 gate.branch in ("body", "else", "after") and _polarity(og) != _polarity(gate):
