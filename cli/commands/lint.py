@@ -86,6 +86,8 @@ def run(args, out) -> int:
 
 
 def _human(out, findings, result) -> None:
+    from gpudoctor.engine.lint.model import source_line
+
     sources: dict[str, list[str]] = {}
     width = min(out.width, 80)
     for f in findings:
@@ -99,7 +101,7 @@ def _human(out, findings, result) -> None:
             message = f"[{f.rule}] {message}"
         for line in textwrap.wrap(message, width - 2):
             out.write("  " + line)
-        src = _source_line(sources, f.path, f.line)
+        src = source_line(f.path, f.line, sources)
         if src is not None:
             gutter = f"{f.line:>5} | "
             text, caret = _window(src, f.col, width - len(gutter))
@@ -115,17 +117,6 @@ def _human(out, findings, result) -> None:
         out.write(f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({parts}) in {files}")
     else:
         out.write(f"no findings in {files}")
-
-
-def _source_line(cache, path, line) -> str | None:
-    if path not in cache:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                cache[path] = fh.read().splitlines()
-        except OSError:
-            cache[path] = []
-    lines = cache[path]
-    return lines[line - 1] if 0 < line <= len(lines) else None
 
 
 def _window(line: str, col_bytes: int, width: int) -> tuple[str, int]:

@@ -51,3 +51,15 @@ class Check:
 
     def find(self, script) -> Iterator[Hit]:  # pragma: no cover - every check overrides
         raise NotImplementedError
+
+
+def source_line(path: str, line: int, cache: dict) -> str | None:
+    """Line `line` (1-based) of a linted file, read once per file into cache; None when it is gone."""
+    if path not in cache:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                cache[path] = fh.read().splitlines()
+        except OSError:
+            cache[path] = []
+    lines = cache[path]
+    return lines[line - 1] if 0 < line <= len(lines) else None

@@ -5,7 +5,7 @@ import os
 from urllib.parse import quote
 
 from gpudoctor.engine.lint.checks import ALL
-from gpudoctor.engine.lint.model import LintResult
+from gpudoctor.engine.lint.model import LintResult, source_line
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 
@@ -16,15 +16,9 @@ def _uri(path: str) -> str:
 
 def _char_col(path: str, line: int, col: int, cache: dict) -> int:
     """ast columns count UTF-8 bytes; SARIF counts characters (1-based)."""
-    if path not in cache:
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                cache[path] = fh.read().splitlines()
-        except OSError:
-            cache[path] = []
-    lines = cache[path]
-    if 0 < line <= len(lines):
-        return len(lines[line - 1].encode("utf-8")[:col].decode("utf-8", errors="ignore")) + 1
+    text = source_line(path, line, cache)
+    if text is not None:
+        return len(text.encode("utf-8")[:col].decode("utf-8", errors="ignore")) + 1
     return col + 1
 
 
