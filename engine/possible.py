@@ -29,6 +29,7 @@ _ELSEWHERE = re.compile(r"\b(?:ModuleNotFoundError|ImportError|SyntaxError|Inden
                         r"FileNotFoundError|UnicodeDecodeError|JSONDecodeError|PermissionError|IsADirectoryError)\b|"
                         r"\bNo module named\b|\bloss (?:is )?nan\b|\bNaN or Inf found\b", re.IGNORECASE)
 _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
+CUT_WEIGHT = 0.8  # the frames of a cut traceback say where, not what: a little fainter than an error line
 SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
 MAX_QUERIES = 12  # distinct failure lines searched
 MAX_QUERY_CHARS = 400
@@ -51,6 +52,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
     index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
     found: dict[tuple[str, int], str] = {}
     pasted: dict[tuple[str, int], str] = {}  # lines of a short paste that name no failure themselves
+    cut: dict[tuple[str, int], str] = {}  # tracebacks cut before their error line: their innermost frames
     seen_shapes: set[str] = set()
     for source, scan in scans:
         name = scan.name
@@ -75,9 +77,15 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
             last = _exception_line(lines)
             if last is not None:
                 found[(name, line_no + last)] = lines[last]
+            else:
+                frames = frames_query(lines)
+                if frames:
+                    cut.setdefault((name, line_no), frames)
     out, seen = [], set()
     both = {k: (t, "failure-line") for k, t in found.items()}
     both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})
+    if not found:  # where the log names no failure, the frames a cut traceback stopped in are all there is
+        both.update({k: (t, "cut-traceback") for k, t in cut.items()})
     for (file, line), (text, kind) in sorted(both.items()):
         body = " ".join(parse_prefix(text).body.split())
         key = re.sub(r"\d+", "0", body)[:200]
@@ -137,6 +145,37 @@ def _failure_lines_in(text: str, shapes: set[str]):
         yield line_no, line
 
 
+# a Python frame (plain, IPython, Rich) or a C++ frame, and the function it names
+_PY_FRAME = re.compile(r'(?:File "[^"]+", line \d+, in |File [^\s"]+\.py:\d+, in |[\w./\\-]+\.py:\d+ in )([\w.<>]+)')
+_CPP_FRAME = re.compile(r"frame #\d+: (?:c10d::|c10::|torch::)([\w:]+)")
+_NOISE_FN = re.compile(r"^(?:<module>|main|__enter__|__exit__|__call__|__init__|_call_impl|_wrapped_call_impl|wrapper|"
+                       r"inner|run|_run|<lambda>|decorate_context|wrapped|new_func|launch|.*::operator\(\))$")
+FRAMES_KEPT = 3  # innermost frames that name where a cut traceback stopped
+
+
+def frames_query(lines: list[str]) -> str:
+    """The innermost frames of a traceback that was cut before its error line: their function names and the source
+    lines under them ("the failure happened here" is all a cut paste still says)."""
+    picked: list[str] = []
+    from gpudoctor.engine.prefix import parse_prefix
+
+    lines = [parse_prefix(x).body for x in lines]
+    for i in range(len(lines) - 1, -1, -1):
+        m = _PY_FRAME.search(lines[i]) or _CPP_FRAME.search(lines[i])
+        if m is None:
+            continue
+        fn = m.group(1).rsplit("::", 1)[-1]
+        code = lines[i + 1].strip(" │|") if m.re is _PY_FRAME and i + 1 < len(lines) else ""
+        if code and (_PY_FRAME.search(code) or _CPP_FRAME.search(code)):
+            code = ""
+        if _NOISE_FN.match(fn):
+            continue  # a wrapper's frame and its source line say nothing of the failure
+        picked.append(" ".join(x for x in (fn, code[:160]) if x))
+        if len(picked) == FRAMES_KEPT:
+            break
+    return "; ".join(picked)
+
+
 def _exception_line(lines: list[str]) -> int | None:
     from gpudoctor.engine.tracebacks import parse_tracebacks
 
@@ -159,6 +198,8 @@ def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
     for ev in lines:
         body = parse_prefix(ev.text).body
         weight = 0.4 if _BOOKKEEPING.search(body) else 0.5 if _ELSEWHERE.search(body) else 1.0
+        if ev.signature == "cut-traceback":
+            weight = min(weight, CUT_WEIGHT)
         weighted.append((ev, weight))
     # the first failures name the cause, the last ones how the run ended; the middle repeats them
     strong = [w for w in weighted if w[1] == 1.0]
