@@ -63,9 +63,6 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
                     found[(name, hit.line_no)] = hit.text
         short = 0 < scan.lines <= SHORT_INPUT
         whole = (texts or {}).get(name)
-        if whole is not None:
-            for line_no, text in _failure_lines_in(whole, seen_shapes):
-                found[(name, line_no)] = text
         for line_no, text in scan.tail:
             if _FAILURE.search(text) and not _COMMAND.match(text):
                 found[(name, line_no)] = text
@@ -81,6 +78,9 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
                 frames = frames_query(lines)
                 if frames:
                     cut.setdefault((name, line_no), frames)
+        if whole is not None:  # last: a whole text's lines come with the continuation of a wrapped message
+            for line_no, text in _failure_lines_in(whole, seen_shapes):
+                found[(name, line_no)] = text
     out, seen = [], set()
     both = {k: (t, "failure-line") for k, t in found.items()}
     both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})
@@ -142,14 +142,17 @@ def _failure_lines_in(text: str, shapes: set[str]):
                 continue  # the code line Python prints under a frame: the user's source, not a message
         if len(shapes) < MAX_SHAPES:
             shapes.add(shape)
-        yield line_no, line
+        yield line_no, _with_continuation(text, end, line)
 
 
 # a Python frame (plain, IPython, Rich) or a C++ frame, and the function it names
 _PY_FRAME = re.compile(r'(?:File "[^"]+", line \d+, in |File [^\s"]+\.py:\d+, in |[\w./\\-]+\.py:\d+ in )([\w.<>]+)')
 _CPP_FRAME = re.compile(r"frame #\d+: (?:c10d::|c10::|torch::)([\w:]+)")
-_NOISE_FN = re.compile(r"^(?:<module>|main|__enter__|__exit__|__call__|__init__|_call_impl|_wrapped_call_impl|wrapper|"
-                       r"inner|run|_run|<lambda>|decorate_context|wrapped|new_func|launch|.*::operator\(\))$")
+# names that say nothing (their source line may: the call a constructor or main made) ...
+_NOISE_FN = re.compile(r"^(?:<module>|main|__call__|__init__|run|_run|launch|.*::operator\(\))$")
+# ... and wrappers, whose source line is the wrapping machinery itself ("return next(self.gen)")
+_WRAPPER_FN = re.compile(r"^(?:__enter__|__exit__|_call_impl|_wrapped_call_impl|wrapper|inner|<lambda>|decorate_context|"
+                         r"wrapped|new_func|_fn)$")
 FRAMES_KEPT = 3  # innermost frames that name where a cut traceback stopped
 
 
@@ -168,12 +171,46 @@ def frames_query(lines: list[str]) -> str:
         code = lines[i + 1].strip(" │|") if m.re is _PY_FRAME and i + 1 < len(lines) else ""
         if code and (_PY_FRAME.search(code) or _CPP_FRAME.search(code)):
             code = ""
-        if _NOISE_FN.match(fn):
+        if _WRAPPER_FN.match(fn) or (_NOISE_FN.match(fn) and not code):
             continue  # a wrapper's frame and its source line say nothing of the failure
-        picked.append(" ".join(x for x in (fn, code[:160]) if x))
+        picked.append(" ".join(x for x in ("" if _NOISE_FN.match(fn) else fn, code[:160]) if x))
         if len(picked) == FRAMES_KEPT:
             break
     return "; ".join(picked)
+
+
+_EXCEPTION_HEAD = re.compile(r"(?:^|\s)[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\s*:")
+# a line that starts a record of its own rather than carrying on the message above it
+_NEW_RECORD = re.compile(r"^\s*(?:$|\[|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d|[\w.-]+:\d+:\d+ \[|File |Traceback|frame #|#\d|"
+                         r"During handling|The above exception|Exception raised from|[A-Z][\w.]*(?:Error|Exception|Warning)\b|[A-Z]+\b:|"
+                         r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|\w+\.py:\d+|\S+ = |[-=*#]{4,}|\x1b|[\w ]*:?\s*\d+%\||"
+                         r"(?:python\d?|torchrun|deepspeed|accelerate|srun|mpirun)\s)")
+CONTINUATION_LINES = 2  # lines of a wrapped exception message read with its first line
+
+
+def _with_continuation(text: str, end: int, line: str) -> str:
+    """An exception line with the lines that carry on its message (a wrapped message, "got error: Socket Timeout"
+    on the next line): the words that tell one cause from another often sit there."""
+    if not _EXCEPTION_HEAD.search(line):
+        return line
+    from gpudoctor.engine.prefix import parse_prefix
+
+    head = line[: len(line) - len(parse_prefix(line).body)]
+    parts = [line]
+    for _ in range(CONTINUATION_LINES):
+        if end >= len(text):
+            break
+        nxt_end = text.find("\n", end + 1)
+        nxt_end = len(text) if nxt_end < 0 else nxt_end
+        nxt = text[end + 1: nxt_end].rstrip("\r")
+        if head and not nxt.startswith(head):
+            break
+        body = nxt[len(head):]
+        if _NEW_RECORD.match(body) or _FRAME_LINE.match(body) or len(body) > MAX_QUERY_CHARS:
+            break
+        parts.append(body.strip())
+        end = nxt_end
+    return " ".join(parts)
 
 
 def _exception_line(lines: list[str]) -> int | None:
