@@ -251,6 +251,20 @@ def aggregate(scores: list[float]) -> float:
     return scores[0] + 0.5 * sum(scores[1:2]) + 0.25 * sum(scores[2:3])
 
 
+# a source path or file location ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]", "at ../torch/csrc/..."):
+# it names the file that printed the message, not the cause, and its directory words (distributed, launch, tcp)
+# match entries that merely mention them; the file's own name is kept (data_parallel.py does say DataParallel)
+_PATH = re.compile(r"(?:\b[A-Za-z]:)?(?:[\w.~+-]*[/\\])+([\w.+-]+?)(?::\d+)*:?(?=[\s\]),'\"]|$)")
+
+
+def _file_name(m: re.Match) -> str:
+    """A path's file name; prose with a slash in it ("corrupted/incomplete", "and/or") stays as it is."""
+    whole, name = m.group(0), m.group(1)
+    if whole.count("/") + whole.count("\\") >= 2 or re.search(r"\.[A-Za-z]\w*$", name):
+        return " " + name + " "
+    return whole
+
+
 PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
 
 
@@ -268,7 +282,8 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
     entries = {e.id: e for e in catalog}
     best: dict[str, list[tuple[float, Evidence]]] = {}
     for ev, weight in _informative(lines):
-        query = " ".join(parse_prefix(ev.text).body.split())[:MAX_QUERY_CHARS]
+        query = _PATH.sub(_file_name, " ".join(parse_prefix(ev.text).body.split()))
+        query = " ".join(query.split())[:MAX_QUERY_CHARS]
         meanings = explain(query)
         if meanings:  # "ncclSystemError" says little by itself; what it stands for says more
             query += " " + " ".join(m.text for m in meanings)
