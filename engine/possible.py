@@ -84,6 +84,15 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
     out, seen = [], set()
     both = {k: (t, "failure-line") for k, t in found.items()}
     both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})
+    if not found and not cut:  # a stack dump (faulthandler) with no error: where the process was stopped
+        for name, whole in (texts or {}).items():
+            at = _DUMP_FRAME.search(whole)
+            if at is not None:
+                line_no = whole.count("\n", 0, at.start()) + 1
+                block = whole[at.start():].splitlines()[:FRAMES_KEPT * 4]
+                frames = frames_query(block[::-1])  # a dump lists the innermost frame first
+                if frames:
+                    cut[(name, line_no)] = frames
     if not found:  # where the log names no failure, the frames a cut traceback stopped in are all there is
         both.update({k: (t, "cut-traceback") for k, t in cut.items()})
     for (file, line), (text, kind) in sorted(both.items()):
@@ -146,13 +155,15 @@ def _failure_lines_in(text: str, shapes: set[str]):
 
 
 # a Python frame (plain, IPython, Rich) or a C++ frame, and the function it names
-_PY_FRAME = re.compile(r'(?:File "[^"]+", line \d+, in |File [^\s"]+\.py:\d+, in |[\w./\\-]+\.py:\d+ in )([\w.<>]+)')
+_PY_FRAME = re.compile(r'(?:File "[^"]+", line \d+,? in |File [^\s"]+\.py:\d+, in |[\w./\\-]+\.py:\d+ in )([\w.<>]+)')
 _CPP_FRAME = re.compile(r"frame #\d+: (?:c10d::|c10::|torch::)([\w:]+)")
 # names that say nothing (their source line may: the call a constructor or main made) ...
 _NOISE_FN = re.compile(r"^(?:<module>|main|__call__|__init__|run|_run|launch|.*::operator\(\))$")
 # ... and wrappers, whose source line is the wrapping machinery itself ("return next(self.gen)")
 _WRAPPER_FN = re.compile(r"^(?:__enter__|__exit__|_call_impl|_wrapped_call_impl|wrapper|inner|<lambda>|decorate_context|"
                          r"wrapped|new_func|_fn)$")
+# faulthandler's dump frame (dump_frame() in Python/traceback.c: '  File "%U", line %d in %U', no comma before "in")
+_DUMP_FRAME = re.compile(r'^\s*File "[^"]+", line \d+ in \w+', re.MULTILINE)
 FRAMES_KEPT = 3  # innermost frames that name where a cut traceback stopped
 
 

@@ -156,3 +156,18 @@ def test_a_traceback_cut_before_its_error_is_read_by_its_innermost_frames():
     # the same frames under an error line are not searched: the error line speaks for itself
     with_error = run(text + "\nValueError: bad learning rate 'x'")
     assert all("initialize_optimizer_states" not in e.text for f in with_error.findings for e in f.evidence)
+
+
+def test_a_faulthandler_dump_with_no_error_is_read_by_the_frames_it_stopped_in():
+    # faulthandler's dump_frame(): '  File "%U", line %d in %U', innermost first, no comma before "in"
+    sp = "/opt/conda/lib/python3.10/site-packages"
+    text = "\n".join([
+        f'  File "{sp}/torch/distributed/distributed_c10d.py", line 3328 in barrier',
+        f'  File "{sp}/myproj/checkpointing.py", line 88 in save_checkpoint',
+        '  File "train.py", line 140 in train_epoch',
+        '  File "train.py", line 200 in <module>',
+    ])
+    d = run(text)
+    assert d.findings and all(f.tier == "possible" for f in d.findings)
+    assert d.findings[0].evidence[0].text.startswith("barrier; save_checkpoint")
+    assert run("step 1 loss 2.0\nstep 2 loss 1.9").findings == []
