@@ -421,3 +421,25 @@ def test_different_collectives_at_one_opcount_are_a_desync(catalog):
 def test_matching_or_unrelated_collectives_are_no_desync(catalog, lines):
     d = run(catalog, "\n".join(_coll(*x) for x in lines))
     assert "D19" not in matches(d)
+
+
+def test_a_rank_whose_traceback_was_cut_before_its_error_failed_first(catalog):
+    text = "\n".join([
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "train.py", line 46, in <module>',
+        "[rank1]:     main(args)",
+        '[rank1]:   File "train.py", line 30, in main',
+        "[rank1]:     loss = model(batch).sum()",
+        "[rank1]:",
+        "[rank0]:[E1026 04:01:29.922 ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600123 milliseconds "
+        "before timing out.",
+    ])
+    d = run(catalog, text)
+    assert any("rank 1 failed first" in v for v in d.verdict)
+    assert matches(d)[:1] == ["D20"]
+    # a cut traceback that stops inside a collective is a waiting rank, not the one that failed
+    waiting = text.replace("    loss = model(batch).sum()", "    dist.all_reduce(t)\n[rank1]:   File \"/opt/conda/lib/"
+                           "python3.10/site-packages/torch/distributed/distributed_c10d.py\", line 2050, in all_reduce"
+                           "\n[rank1]:     work = group.allreduce([tensor], opts)")
+    assert not any("rank 1 failed first" in v for v in run(catalog, waiting).verdict)
