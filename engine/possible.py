@@ -76,8 +76,9 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
                 found[(name, line_no + last)] = lines[last]
             else:
                 frames = frames_query(lines)
-                if frames:
-                    cut.setdefault((name, line_no), frames)
+                before = _doing(lines[0]) if lines else ""
+                if frames or before:
+                    cut.setdefault((name, line_no), "; ".join(x for x in (before, frames) if x))
         if whole is not None:  # last: a whole text's lines come with the continuation of a wrapped message
             for line_no, text in _failure_lines_in(whole, seen_shapes):
                 found[(name, line_no)] = text
@@ -165,6 +166,24 @@ _WRAPPER_FN = re.compile(r"^(?:__enter__|__exit__|_call_impl|_wrapped_call_impl|
 # faulthandler's dump frame (dump_frame() in Python/traceback.c: '  File "%U", line %d in %U', no comma before "in")
 _DUMP_FRAME = re.compile(r'^\s*File "[^"]+", line \d+ in \w+', re.MULTILINE)
 FRAMES_KEPT = 3  # innermost frames that name where a cut traceback stopped
+
+
+_BAR = re.compile(r"\s*\d+%\|.*$|[\d/:<>,.\s]+(?:\[[^\]]*\])?\s*$")
+
+
+def _doing(header: str) -> str:
+    """What a progress bar on the traceback's header line said the process was doing ("Running tokenizer on
+    dataset: 38%|###| 32068/85249 [32:13<53:59]Traceback ..."): the step that was under way when it failed."""
+    from gpudoctor.engine.prefix import parse_prefix
+
+    header = parse_prefix(header).body
+    at = header.find("Traceback")
+    if at <= 0:
+        return ""
+    text = header[:at]
+    text = text[text.rfind("\r") + 1:]
+    text = _BAR.sub("", text).strip(" :|")
+    return text[:120] if re.search(r"[A-Za-z]{3}", text) else ""
 
 
 def frames_query(lines: list[str]) -> str:
