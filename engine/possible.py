@@ -87,7 +87,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
     both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})
     if not found and not cut:  # a stack dump (faulthandler) with no error: where the process was stopped
         for name, whole in (texts or {}).items():
-            at = _DUMP_FRAME.search(whole)
+            at = _DUMP_FRAME.search(whole) if '", line ' in whole else None
             if at is not None:
                 line_no = whole.count("\n", 0, at.start()) + 1
                 block = whole[at.start():].splitlines()[:FRAMES_KEPT * 4]

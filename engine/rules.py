@@ -180,7 +180,7 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
     comms: dict[tuple[str, str], set[str]] = {}
     sizes: dict[tuple[str, str], str] = {}
     for line_no, line in enumerate(text.splitlines(), 1):
-        m = _COLL_CALL.search(line)
+        m = _COLL_CALL.search(line) if "opCount" in line else None
         if m is None or m.group("op") in _P2P:
             continue
         proc = (m.group("host"), m.group("pid"))
