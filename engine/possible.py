@@ -46,9 +46,11 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
 
     texts: the whole text of inputs small enough to keep; their every line is read, others only through
     the scanner's structural hits, its traceback windows and the last lines."""
-    from gpudoctor.engine.prefix import parse_prefix
     from gpudoctor.engine.patterns import STRUCT
+    from gpudoctor.engine.prefix import parse_prefix
+    from gpudoctor.engine.rules import unwrapped
 
+    texts = {name: unwrapped(text) for name, text in (texts or {}).items()}  # a wrapped paste, rows rejoined
     index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
     found: dict[tuple[str, int], str] = {}
     pasted: dict[tuple[str, int], str] = {}  # lines of a short paste that name no failure themselves

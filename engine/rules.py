@@ -213,11 +213,22 @@ _TRIGGER = re.compile(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVAL
 MAX_ERRORS = 32  # error lines examined per input
 
 
+def unwrapped(text: str) -> str:
+    """A whole text as the scanner reads it: a paste hard-wrapped at a fixed width has its rows rejoined (each
+    joined row keeps its first line number; the rows it took in become empty lines)."""
+    from gpudoctor.engine.rewrap import detect_width, rejoin
+
+    width = detect_width(text[: 1 << 16].encode("utf-8", "replace"))
+    if not width:
+        return text
+    return rejoin(text.encode("utf-8", "replace"), width).decode("utf-8", "replace")
+
+
 def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> list[Verdict]:
     """Every rule's verdict. texts: the whole text of small inputs; for others, the scanner's windows
     (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
     verdicts: list[Verdict] = []
-    texts = texts or {}
+    texts = {name: unwrapped(text) for name, text in (texts or {}).items()}
     for _source, scan in scans:
         whole = texts.get(scan.name)
         if whole is not None:
