@@ -29,6 +29,7 @@ _ELSEWHERE = re.compile(r"\b(?:ModuleNotFoundError|ImportError|SyntaxError|Inden
                         r"FileNotFoundError|UnicodeDecodeError|JSONDecodeError|PermissionError|IsADirectoryError)\b|"
                         r"\bNo module named\b|\bloss (?:is )?nan\b|\bNaN or Inf found\b", re.IGNORECASE)
 _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
+CUT_WEIGHT = 0.8  # the frames of a cut traceback say where, not what: a little fainter than an error line
 SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
 MAX_QUERIES = 12  # distinct failure lines searched
 MAX_QUERY_CHARS = 400
@@ -45,12 +46,15 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
 
     texts: the whole text of inputs small enough to keep; their every line is read, others only through
     the scanner's structural hits, its traceback windows and the last lines."""
-    from gpudoctor.engine.prefix import parse_prefix
     from gpudoctor.engine.patterns import STRUCT
+    from gpudoctor.engine.prefix import parse_prefix
+    from gpudoctor.engine.rules import unwrapped
 
+    texts = {name: unwrapped(text) for name, text in (texts or {}).items()}  # a wrapped paste, rows rejoined
     index = {p.name: p.index for p in patterns.patterns if p.owner == STRUCT}
     found: dict[tuple[str, int], str] = {}
     pasted: dict[tuple[str, int], str] = {}  # lines of a short paste that name no failure themselves
+    cut: dict[tuple[str, int], str] = {}  # tracebacks cut before their error line: their innermost frames
     seen_shapes: set[str] = set()
     for source, scan in scans:
         name = scan.name
@@ -61,9 +65,6 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
                     found[(name, hit.line_no)] = hit.text
         short = 0 < scan.lines <= SHORT_INPUT
         whole = (texts or {}).get(name)
-        if whole is not None:
-            for line_no, text in _failure_lines_in(whole, seen_shapes):
-                found[(name, line_no)] = text
         for line_no, text in scan.tail:
             if _FAILURE.search(text) and not _COMMAND.match(text):
                 found[(name, line_no)] = text
@@ -75,9 +76,28 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
             last = _exception_line(lines)
             if last is not None:
                 found[(name, line_no + last)] = lines[last]
+            else:
+                frames = frames_query(lines)
+                before = _doing(lines[0]) if lines else ""
+                if frames or before:
+                    cut.setdefault((name, line_no), "; ".join(x for x in (before, frames) if x))
+        if whole is not None:  # last: a whole text's lines come with the continuation of a wrapped message
+            for line_no, text in _failure_lines_in(whole, seen_shapes):
+                found[(name, line_no)] = text
     out, seen = [], set()
     both = {k: (t, "failure-line") for k, t in found.items()}
     both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})
+    if not found and not cut:  # a stack dump (faulthandler) with no error: where the process was stopped
+        for name, whole in (texts or {}).items():
+            at = _DUMP_FRAME.search(whole) if '", line ' in whole else None
+            if at is not None:
+                line_no = whole.count("\n", 0, at.start()) + 1
+                block = whole[at.start():].splitlines()[:FRAMES_KEPT * 4]
+                frames = frames_query(block[::-1])  # a dump lists the innermost frame first
+                if frames:
+                    cut[(name, line_no)] = frames
+    if not found:  # where the log names no failure, the frames a cut traceback stopped in are all there is
+        both.update({k: (t, "cut-traceback") for k, t in cut.items()})
     for (file, line), (text, kind) in sorted(both.items()):
         body = " ".join(parse_prefix(text).body.split())
         key = re.sub(r"\d+", "0", body)[:200]
@@ -134,7 +154,95 @@ def _failure_lines_in(text: str, shapes: set[str]):
                 continue  # the code line Python prints under a frame: the user's source, not a message
         if len(shapes) < MAX_SHAPES:
             shapes.add(shape)
-        yield line_no, line
+        yield line_no, _with_continuation(text, end, line)
+
+
+# a Python frame (plain, IPython, Rich) or a C++ frame, and the function it names
+_PY_FRAME = re.compile(r'(?:File "[^"]+", line \d+,? in |File [^\s"]+\.py:\d+, in |[\w./\\-]+\.py:\d+ in )([\w.<>]+)')
+_CPP_FRAME = re.compile(r"frame #\d+: (?:c10d::|c10::|torch::)([\w:]+)")
+# names that say nothing (their source line may: the call a constructor or main made) ...
+_NOISE_FN = re.compile(r"^(?:<module>|main|__call__|__init__|run|_run|launch|.*::operator\(\))$")
+# ... and wrappers, whose source line is the wrapping machinery itself ("return next(self.gen)")
+_WRAPPER_FN = re.compile(r"^(?:__enter__|__exit__|_call_impl|_wrapped_call_impl|wrapper|inner|<lambda>|decorate_context|"
+                         r"wrapped|new_func|_fn)$")
+# faulthandler's dump frame (dump_frame() in Python/traceback.c: '  File "%U", line %d in %U', no comma before "in")
+_DUMP_FRAME = re.compile(r'^\s*File "[^"]+", line \d+ in \w+', re.MULTILINE)
+FRAMES_KEPT = 3  # innermost frames that name where a cut traceback stopped
+
+
+_BAR = re.compile(r"\s*\d+%\|.*$|[\d/:<>,.\s]+(?:\[[^\]]*\])?\s*$")
+
+
+def _doing(header: str) -> str:
+    """What a progress bar on the traceback's header line said the process was doing ("Running tokenizer on
+    dataset: 38%|###| 32068/85249 [32:13<53:59]Traceback ..."): the step that was under way when it failed."""
+    from gpudoctor.engine.prefix import parse_prefix
+
+    header = parse_prefix(header).body
+    at = header.find("Traceback")
+    if at <= 0:
+        return ""
+    text = header[:at]
+    text = text[text.rfind("\r") + 1:]
+    text = _BAR.sub("", text).strip(" :|")
+    return text[:120] if re.search(r"[A-Za-z]{3}", text) else ""
+
+
+def frames_query(lines: list[str]) -> str:
+    """The innermost frames of a traceback that was cut before its error line: their function names and the source
+    lines under them ("the failure happened here" is all a cut paste still says)."""
+    picked: list[str] = []
+    from gpudoctor.engine.prefix import parse_prefix
+
+    lines = [parse_prefix(x).body for x in lines]
+    for i in range(len(lines) - 1, -1, -1):
+        m = _PY_FRAME.search(lines[i]) or _CPP_FRAME.search(lines[i])
+        if m is None:
+            continue
+        fn = m.group(1).rsplit("::", 1)[-1]
+        code = lines[i + 1].strip(" │|") if m.re is _PY_FRAME and i + 1 < len(lines) else ""
+        if code and (_PY_FRAME.search(code) or _CPP_FRAME.search(code)):
+            code = ""
+        if _WRAPPER_FN.match(fn) or (_NOISE_FN.match(fn) and not code):
+            continue  # a wrapper's frame and its source line say nothing of the failure
+        picked.append(" ".join(x for x in ("" if _NOISE_FN.match(fn) else fn, code[:160]) if x))
+        if len(picked) == FRAMES_KEPT:
+            break
+    return "; ".join(picked)
+
+
+_EXCEPTION_HEAD = re.compile(r"(?:^|\s)[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\s*:")
+# a line that starts a record of its own rather than carrying on the message above it
+_NEW_RECORD = re.compile(r"^\s*(?:$|\[|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d|[\w.-]+:\d+:\d+ \[|File |Traceback|frame #|#\d|"
+                         r"During handling|The above exception|Exception raised from|[A-Z][\w.]*(?:Error|Exception|Warning)\b|[A-Z]+\b:|"
+                         r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|\w+\.py:\d+|\S+ = |[-=*#]{4,}|\x1b|[\w ]*:?\s*\d+%\||"
+                         r"(?:python\d?|torchrun|deepspeed|accelerate|srun|mpirun)\s)")
+CONTINUATION_LINES = 2  # lines of a wrapped exception message read with its first line
+
+
+def _with_continuation(text: str, end: int, line: str) -> str:
+    """An exception line with the lines that carry on its message (a wrapped message, "got error: Socket Timeout"
+    on the next line): the words that tell one cause from another often sit there."""
+    if not _EXCEPTION_HEAD.search(line):
+        return line
+    from gpudoctor.engine.prefix import parse_prefix
+
+    head = line[: len(line) - len(parse_prefix(line).body)]
+    parts = [line]
+    for _ in range(CONTINUATION_LINES):
+        if end >= len(text):
+            break
+        nxt_end = text.find("\n", end + 1)
+        nxt_end = len(text) if nxt_end < 0 else nxt_end
+        nxt = text[end + 1: nxt_end].rstrip("\r")
+        if head and not nxt.startswith(head):
+            break
+        body = nxt[len(head):]
+        if _NEW_RECORD.match(body) or _FRAME_LINE.match(body) or len(body) > MAX_QUERY_CHARS:
+            break
+        parts.append(body.strip())
+        end = nxt_end
+    return " ".join(parts)
 
 
 def _exception_line(lines: list[str]) -> int | None:
@@ -159,6 +267,8 @@ def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
     for ev in lines:
         body = parse_prefix(ev.text).body
         weight = 0.4 if _BOOKKEEPING.search(body) else 0.5 if _ELSEWHERE.search(body) else 1.0
+        if ev.signature == "cut-traceback":
+            weight = min(weight, CUT_WEIGHT)
         weighted.append((ev, weight))
     # the first failures name the cause, the last ones how the run ended; the middle repeats them
     strong = [w for w in weighted if w[1] == 1.0]
@@ -171,6 +281,20 @@ def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
 def aggregate(scores: list[float]) -> float:
     """One entry's standing from its per-line search scores, best first: the best line decides, agreeing lines add."""
     return scores[0] + 0.5 * sum(scores[1:2]) + 0.25 * sum(scores[2:3])
+
+
+# a source path or file location ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]", "at ../torch/csrc/..."):
+# it names the file that printed the message, not the cause, and its directory words (distributed, launch, tcp)
+# match entries that merely mention them; the file's own name is kept (data_parallel.py does say DataParallel)
+_PATH = re.compile(r"(?:\b[A-Za-z]:)?(?:[\w.~+-]*[/\\])+([\w.+-]+?)(?::\d+)*:?(?=[\s\]),'\"]|$)")
+
+
+def _file_name(m: re.Match) -> str:
+    """A path's file name; prose with a slash in it ("corrupted/incomplete", "and/or") stays as it is."""
+    whole, name = m.group(0), m.group(1)
+    if whole.count("/") + whole.count("\\") >= 2 or re.search(r"\.[A-Za-z]\w*$", name):
+        return " " + name + " "
+    return whole
 
 
 PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
@@ -190,7 +314,8 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
     entries = {e.id: e for e in catalog}
     best: dict[str, list[tuple[float, Evidence]]] = {}
     for ev, weight in _informative(lines):
-        query = " ".join(parse_prefix(ev.text).body.split())[:MAX_QUERY_CHARS]
+        query = _PATH.sub(_file_name, " ".join(parse_prefix(ev.text).body.split()))
+        query = " ".join(query.split())[:MAX_QUERY_CHARS]
         meanings = explain(query)
         if meanings:  # "ncclSystemError" says little by itself; what it stands for says more
             query += " " + " ".join(m.text for m in meanings)

@@ -148,6 +148,7 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
         return hint if rank is None else rank
 
     # tracebacks first: they say what each rank raised and where it was blocked
+    cut: list = []  # (rank, traceback, its header) of tracebacks that end before their error line
     for opener, line_no, lines in scan.windows:
         if opener != "traceback":
             continue
@@ -155,6 +156,8 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
 
         for tb in parse_tracebacks(lines):
             rank = tb.rank if tb.rank is not None else hint
+            if not tb.exc_type and rank is not None and tb.frames and len(cut) < 8:
+                cut.append((rank, tb, Hit(line_no + tb.start, lines[tb.start])))
             if not tb.exc_type or tb.exc_type.rsplit(".", 1)[-1] in _LAUNCHER_ERRORS:
                 continue
             text = f"{tb.exc_type}: {tb.message}".strip()
@@ -208,6 +211,13 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
                 continue
             if name in ("exception", "watchdog", "gloo-timeout", "signal", "mismatch"):
                 _record_error(state, r, scan.name, hit, hit.text)
+    # a rank whose traceback was cut before its error line, with no error of its own anywhere in the input and not
+    # stopped in a collective (where waiting ranks stop), raised something itself: a pasted excerpt lost the line
+    for rank, tb, hit in cut:
+        r = state.rank(rank)
+        if r.first_error is None and _blocked_in(tb)[0] is None:
+            seen.add(rank)
+            _record_error(state, r, scan.name, hit, "traceback cut before its error line")
     if hint is not None:
         seen.add(hint)
     for rank in seen:

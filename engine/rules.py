@@ -162,17 +162,73 @@ def interface_rule(text: str, file: str) -> list[Verdict]:
     return [Verdict("MN2", "hint:nccl-unreachable-interface", evidence, score=0.5, tier="possible")]
 
 
+# NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=COLL: one line per collective call, from NCCL's enqueue.cc (2.3-2.2x) and
+# RCCL: INFO(NCCL_COLL, "%s: opCount %lx sendbuff %p recvbuff %p count %zi datatype %d op %d root %d comm %p
+# [nranks=%d] stream %p", opName, comm->opCount, ...), behind the "host:pid:tid [dev] NCCL INFO " prefix
+_COLL_CALL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?P<op>[A-Za-z]+): opCount (?P<count>[0-9a-f]+) "
+                        r".*?\bcomm (?P<comm>0x[0-9a-f]+|\d+) \[nranks=(?P<n>\d+)")
+_P2P = {"Send", "Recv", "SendRecv"}  # point-to-point calls differ between the two ends by design
+
+
+def coll_desync_rule(text: str, file: str) -> list[Verdict]:
+    """Two processes of one job that called different collectives at the same opCount: D19. Only processes whose COLL
+    lines name a single communicator count (opCounts of different communicators are unrelated), and only calls whose
+    op sets share nothing (calls grouped into one launch share an opCount)."""
+    if "opCount" not in text:
+        return []
+    calls: dict[tuple[str, str], dict[str, tuple[set[str], int, str]]] = {}
+    comms: dict[tuple[str, str], set[str]] = {}
+    sizes: dict[tuple[str, str], str] = {}
+    for line_no, line in enumerate(text.splitlines(), 1):
+        m = _COLL_CALL.search(line) if "opCount" in line else None
+        if m is None or m.group("op") in _P2P:
+            continue
+        proc = (m.group("host"), m.group("pid"))
+        comms.setdefault(proc, set()).add(m.group("comm"))
+        sizes[proc] = m.group("n")
+        ops, first, first_text = calls.setdefault(proc, {}).get(m.group("count"), (set(), line_no, line))
+        ops.add(m.group("op"))
+        calls[proc][m.group("count")] = (ops, first, first_text)
+    procs = [p for p in calls if len(comms[p]) == 1]
+    for i, a in enumerate(procs):
+        for b in procs[i + 1:]:
+            if sizes[a] != sizes[b]:
+                continue
+            for count in sorted(set(calls[a]) & set(calls[b]), key=lambda c: int(c, 16)):
+                (ops_a, line_a, text_a), (ops_b, line_b, text_b) = calls[a][count], calls[b][count]
+                if ops_a & ops_b:
+                    continue
+                why = Evidence(file, line_b, f"opCount {count}: pid {a[1]} called {'/'.join(sorted(ops_a))}, pid {b[1]} "
+                                             f"called {'/'.join(sorted(ops_b))} on a communicator of {sizes[a]} ranks",
+                               "because")
+                return [Verdict("D19", "rule:nccl-opcount-desync", (
+                    Evidence(file, line_a, text_a, "rule:nccl-opcount-desync"),
+                    Evidence(file, line_b, text_b, "rule:nccl-opcount-desync"), why), score=0.85)]
+    return []
+
+
 # --- every input -----------------------------------------------------------------------------------
 
 _TRIGGER = re.compile(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
 MAX_ERRORS = 32  # error lines examined per input
 
 
+def unwrapped(text: str) -> str:
+    """A whole text as the scanner reads it: a paste hard-wrapped at a fixed width has its rows rejoined (each
+    joined row keeps its first line number; the rows it took in become empty lines)."""
+    from gpudoctor.engine.rewrap import detect_width, rejoin
+
+    width = detect_width(text[: 1 << 16].encode("utf-8", "replace"))
+    if not width:
+        return text
+    return rejoin(text.encode("utf-8", "replace"), width).decode("utf-8", "replace")
+
+
 def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> list[Verdict]:
     """Every rule's verdict. texts: the whole text of small inputs; for others, the scanner's windows
     (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
     verdicts: list[Verdict] = []
-    texts = texts or {}
+    texts = {name: unwrapped(text) for name, text in (texts or {}).items()}
     for _source, scan in scans:
         whole = texts.get(scan.name)
         if whole is not None:
@@ -181,6 +237,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             chunks = [(line_no, lines) for opener, line_no, lines in scan.windows if opener in ("traceback", "root-cause")]
         if whole is not None:
             verdicts.extend(interface_rule(whole, scan.name))
+            verdicts.extend(coll_desync_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

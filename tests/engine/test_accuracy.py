@@ -58,12 +58,15 @@ def test_accuracy_meets_its_floor(dev_figures):
     # negatives without a confident match 100%, the possible tier alone (signatures off) 77% top-3, keyword
     # baseline 65% top-1; on the larger development set being collected (141 positives, 40 negatives) with the
     # emitter signatures: top-1 84%, top-3 88%, negatives 100%, possible alone 75%, baseline 64%.
+    # After the issue-8 accuracy pass (three local-rank D3 logs relabelled null): top-1 77%, top-3 87%, negatives
+    # 99%, possible tier 50% (18/36) on positives where nothing matched, possible alone 77%, baseline 61%.
     # Floors sit well under both; the sealed set's floor is the integrator's.
     result = dev_figures
     assert result["top1"] >= 0.70
-    assert result["top3"] >= 0.75
+    assert result["top3"] >= 0.80
     assert result["negatives_clean"] >= 0.90
-    assert result["possible_alone_top3"] >= 0.60
+    assert result["possible_alone_top3"] >= 0.65
+    assert result["possible_top3"] >= 0.35
     # the engine must stay well above keyword search over its own catalogue
     assert result["top1"] >= result["baseline_top1"] + 0.10
 

@@ -121,3 +121,53 @@ def test_a_match_exits_0_and_every_finding_says_its_tier(cli_proc):
     doc = json.loads(r.out)
     assert doc["findings"][0]["tier"] == "match"
     assert all(f["tier"] in ("match", "possible") for f in doc["findings"])
+
+
+def test_a_wrapped_exception_message_is_read_with_its_next_line_and_not_with_what_follows():
+    text = "\n".join([
+        "step 100 loss 2.1",
+        "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value "
+        "store by key '0', but store->get('0') got error:",
+        "Socket Timeout",
+        "Exception raised from recvBytes at ../torch/csrc/distributed/c10d/Utils.hpp:604 (most recent call first):",
+    ])
+    d = run(text)
+    assert d.findings and all(f.tier == "possible" for f in d.findings)
+    first = d.findings[0].evidence[0].text
+    assert first.endswith("got error: Socket Timeout")  # the continuation, not the frame header after it
+    assert "MN3" in [f.id for f in d.findings]
+
+
+def test_a_traceback_cut_before_its_error_is_read_by_its_innermost_frames():
+    sp = "/opt/conda/lib/python3.10/site-packages"
+    text = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "train.py", line 12, in <module>',
+        "    main()",
+        f'  File "{sp}/deepspeed/runtime/engine.py", line 1530, in _configure_zero_optimizer',
+        "    optimizer = DeepSpeedZeroOptimizer(",
+        f'  File "{sp}/deepspeed/runtime/zero/stage_1_and_2.py", line 540, in __init__',
+        "    self.initialize_optimizer_states()",
+    ])
+    d = run(text)
+    assert d.findings and all(f.tier == "possible" for f in d.findings)
+    assert "initialize_optimizer_states" in d.findings[0].evidence[0].text
+    assert "D16" in [f.id for f in d.findings]
+    # the same frames under an error line are not searched: the error line speaks for itself
+    with_error = run(text + "\nValueError: bad learning rate 'x'")
+    assert all("initialize_optimizer_states" not in e.text for f in with_error.findings for e in f.evidence)
+
+
+def test_a_faulthandler_dump_with_no_error_is_read_by_the_frames_it_stopped_in():
+    # faulthandler's dump_frame(): '  File "%U", line %d in %U', innermost first, no comma before "in"
+    sp = "/opt/conda/lib/python3.10/site-packages"
+    text = "\n".join([
+        f'  File "{sp}/torch/distributed/distributed_c10d.py", line 3328 in barrier',
+        f'  File "{sp}/myproj/checkpointing.py", line 88 in save_checkpoint',
+        '  File "train.py", line 140 in train_epoch',
+        '  File "train.py", line 200 in <module>',
+    ])
+    d = run(text)
+    assert d.findings and all(f.tier == "possible" for f in d.findings)
+    assert d.findings[0].evidence[0].text.startswith("barrier; save_checkpoint")
+    assert run("step 1 loss 2.0\nstep 2 loss 1.9").findings == []

@@ -391,3 +391,55 @@ def test_py_spy_dumps_of_two_ranks(catalog):
     d = run(catalog, PYSPY)
     assert matches(d)[:1] == ["D21"]
     assert "inside save_checkpoint" in d.findings[0].evidence[0].text
+
+
+# NCCL's enqueue.cc COLL line, rendered: "%s: opCount %lx sendbuff %p recvbuff %p count %zi datatype %d op %d root %d
+# comm %p [nranks=%d] stream %p" behind the "host:pid:tid [dev] NCCL INFO " prefix
+def _coll(pid: int, dev: int, op: str, count: int, comm: str, nranks: int = 4) -> str:
+    return (f"node1:{pid}:{pid} [{dev}] NCCL INFO {op}: opCount {count:x} sendbuff 0x7f5dd32b2100 recvbuff "
+            f"0x7f5dd32b2100 count 9984512 datatype 7 op 0 root 0 comm {comm} [nranks={nranks}] stream 0x55bef0208bd0")
+
+
+def test_different_collectives_at_one_opcount_are_a_desync(catalog):
+    text = "\n".join([_coll(100, 0, "AllReduce", 0x28c, "0x55aa"), _coll(101, 1, "AllReduce", 0x28c, "0x66bb"),
+                      _coll(102, 2, "AllGather", 0x28c, "0x77cc"), _coll(100, 0, "AllReduce", 0x28d, "0x55aa")])
+    d = run(catalog, text)
+    assert matches(d)[:1] == ["D19"]
+    assert any("opCount 28c" in ev.text for ev in d.findings[0].evidence)
+
+
+@pytest.mark.parametrize("lines", [
+    # the same collective on every rank: a healthy run
+    [(100, 0, "AllReduce", 7, "0x55aa"), (101, 1, "AllReduce", 7, "0x66bb")],
+    # one process on two communicators: their opCounts are unrelated
+    [(100, 0, "AllReduce", 7, "0x55aa"), (100, 0, "Broadcast", 7, "0x55ab"), (101, 1, "AllGather", 7, "0x66bb")],
+    # point-to-point: one end sends, the other receives
+    [(100, 0, "Send", 7, "0x55aa"), (101, 1, "Recv", 7, "0x66bb")],
+    # two launches grouped under one opCount, each rank's log showing part of the group
+    [(100, 0, "AllGather", 7, "0x55aa"), (100, 0, "ReduceScatter", 7, "0x55aa"), (101, 1, "ReduceScatter", 7, "0x66bb")],
+])
+def test_matching_or_unrelated_collectives_are_no_desync(catalog, lines):
+    d = run(catalog, "\n".join(_coll(*x) for x in lines))
+    assert "D19" not in matches(d)
+
+
+def test_a_rank_whose_traceback_was_cut_before_its_error_failed_first(catalog):
+    text = "\n".join([
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "train.py", line 46, in <module>',
+        "[rank1]:     main(args)",
+        '[rank1]:   File "train.py", line 30, in main',
+        "[rank1]:     loss = model(batch).sum()",
+        "[rank1]:",
+        "[rank0]:[E1026 04:01:29.922 ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600123 milliseconds "
+        "before timing out.",
+    ])
+    d = run(catalog, text)
+    assert any("rank 1 failed first" in v for v in d.verdict)
+    assert matches(d)[:1] == ["D20"]
+    # a cut traceback that stops inside a collective is a waiting rank, not the one that failed
+    waiting = text.replace("    loss = model(batch).sum()", "    dist.all_reduce(t)\n[rank1]:   File \"/opt/conda/lib/"
+                           "python3.10/site-packages/torch/distributed/distributed_c10d.py\", line 2050, in all_reduce"
+                           "\n[rank1]:     work = group.allreduce([tensor], opts)")
+    assert not any("rank 1 failed first" in v for v in run(catalog, waiting).verdict)
