@@ -237,9 +237,14 @@ class _Tolerant:
         return n
 
     def read(self, n: int = -1) -> bytes:
-        buf = bytearray(n if n and n > 0 else 1 << 20)
-        got = self.readinto(memoryview(buf))
-        return bytes(buf[:got])
+        """Up to n bytes (one underlying read); with no size, everything to the end of the stream."""
+        if n is not None and n >= 0:
+            buf = bytearray(n)
+            return bytes(buf[:self.readinto(memoryview(buf))])
+        parts, buf = [], bytearray(1 << 20)
+        while got := self.readinto(memoryview(buf)):
+            parts.append(bytes(buf[:got]))
+        return b"".join(parts)
 
     def close(self) -> None:
         try:

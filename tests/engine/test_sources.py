@@ -172,3 +172,18 @@ def test_an_internal_error_exits_3_and_names_the_report_file(tmp_path):
     reports = list((tmp_path / "cache").glob("crash-*.txt"))
     assert len(reports) == 1 and str(reports[0]) in lines[0]
     assert "Traceback" in reports[0].read_text() and "deliberate" in reports[0].read_text()
+
+
+def test_an_open_source_reads_to_its_end_without_a_size(tmp_path):
+    import gzip
+    import os
+
+    from gpudoctor.engine.sources import open_source, resolve
+
+    data = os.urandom(3 << 20).hex().encode()  # 6 MiB inflated: more than one underlying read
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(data))
+    with open_source(resolve([str(path)])[0]) as stream:
+        assert stream.read() == data
+    with open_source(resolve([str(path)])[0]) as stream:
+        assert 0 < len(stream.read(10)) <= 10

@@ -145,7 +145,7 @@ def load_latest_checkpoint(text: str, path: str, facts: dict) -> tuple[str, list
         raise NotApplicable(f"{path}: saves no dict of state_dicts with torch.save; save the model, optimizer and "
                             "epoch together first (MN5's steps)")
     save, ckpt, keys = found
-    ckpt_code = facts.get("checkpoint") and repr(str(facts["checkpoint"])) or h.code(ckpt)
+    ckpt_code = repr(str(facts["checkpoint"])) if facts.get("checkpoint") else h.code(ckpt)
     loads = [f"{target}.load_state_dict(checkpoint[{json.dumps(key)}])" for key, target in keys.items() if not target.startswith("=")]
     if not loads:
         raise NotApplicable(f"{path}: the saved dict holds no state_dict() to load back")
