@@ -16,9 +16,11 @@ def ranked():
 
 
 def test_the_set_is_real_and_large_enough():
-    assert len(TITLES) >= 100
+    assert len(TITLES) >= 140
+    assert len({url for _, _, url, _ in TITLES}) == len(TITLES)  # one title per thread
     assert all(url.startswith("https://") for _, _, url, _ in TITLES)
-    assert {split for *_, split in TITLES} == {"tune", "held"}
+    assert {split for *_, split in TITLES} == {"tune", "held", "held2"}
+    assert sum(split == "held2" for *_, split in TITLES) >= 40
     assert len({expect for _, expect, _, _ in TITLES}) >= 25  # most of the catalogue is asked about
 
 
@@ -26,11 +28,23 @@ def _rate(rows, k):
     return sum(expect in got[:k] for expect, _, got in rows) / len(rows)
 
 
+def _split(ranked, *names):
+    return [r for r in ranked if r[1] in names]
+
+
 def test_most_titles_rank_their_entry_first(ranked):
-    # measured 84% (tune 85%, held 83%); the floors sit well under it
-    assert _rate(ranked, 1) >= 0.75
-    assert _rate([r for r in ranked if r[1] == "held"], 1) >= 0.70
+    # measured 84% (tune 85%, held 83%) on the first 100 titles; the floors sit well under it
+    assert _rate(_split(ranked, "tune", "held"), 1) >= 0.75
+    assert _rate(_split(ranked, "held"), 1) >= 0.70
 
 
 def test_nearly_all_titles_have_their_entry_in_the_top_three(ranked):
-    assert _rate(ranked, 3) >= 0.92
+    assert _rate(_split(ranked, "tune", "held"), 3) >= 0.92
+
+
+def test_second_held_set_generalises(ranked):
+    # 'held2' (48 titles collected after search was written, never used to tune it): measured top-1 79%,
+    # top-3 83% (bench/search_accuracy.py); the floors sit well under that
+    held2 = _split(ranked, "held2")
+    assert _rate(held2, 1) >= 0.65
+    assert _rate(held2, 3) >= 0.70
