@@ -29,7 +29,10 @@ _ELSEWHERE = re.compile(r"\b(?:ModuleNotFoundError|ImportError|SyntaxError|Inden
                         r"FileNotFoundError|UnicodeDecodeError|JSONDecodeError|PermissionError|IsADirectoryError)\b|"
                         r"\bNo module named\b|\bloss (?:is )?nan\b|\bNaN or Inf found\b", re.IGNORECASE)
 _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
-CUT_WEIGHT = 0.8  # the frames of a cut traceback say where, not what: a little fainter than an error line
+CUT_WEIGHT = 0.8
+# a timeout or a lost peer is how every rank that waited on a failed one ends: beside a line that is a rank's own
+# error it says what followed, not what went wrong, and its stock words (timed out, closed by peer) must not outvote it
+CONSEQUENCE_WEIGHT = 0.6  # the frames of a cut traceback say where, not what: a little fainter than an error line
 SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
 MAX_QUERIES = 12  # distinct failure lines searched
 MAX_QUERY_CHARS = 400
@@ -263,12 +266,20 @@ def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
     distributed training does not cause, little)."""
     from gpudoctor.engine.prefix import parse_prefix
 
+    from gpudoctor.engine.ranks import classify
+
     weighted = []
-    for ev in lines:
+    kinds = [classify(parse_prefix(ev.text).body) for ev in lines]
+    # an exception that is some rank's own error, not its waiting on the others
+    own_error = any(kind == "crash" and _EXCEPTION_HEAD.search(parse_prefix(ev.text).body)
+                    and not _BOOKKEEPING.search(ev.text) for ev, kind in zip(lines, kinds))
+    for ev, kind in zip(lines, kinds):
         body = parse_prefix(ev.text).body
         weight = 0.4 if _BOOKKEEPING.search(body) else 0.5 if _ELSEWHERE.search(body) else 1.0
         if ev.signature == "cut-traceback":
             weight = min(weight, CUT_WEIGHT)
+        if own_error and kind in ("timeout", "lost-peer"):
+            weight = min(weight, CONSEQUENCE_WEIGHT)
         weighted.append((ev, weight))
     # the first failures name the cause, the last ones how the run ended; the middle repeats them
     strong = [w for w in weighted if w[1] == 1.0]
@@ -297,6 +308,50 @@ def _file_name(m: re.Match) -> str:
     return whole
 
 
+def _specific_index(catalog):
+    """The catalogue's search index with the phrase bonus weighed by how specific the matched phrase is."""
+    from gpudoctor.kb.search import SearchIndex
+
+    class FailureLineIndex(SearchIndex):
+        """A failure line is long and full of generic words: a short stock phrase inside it ("Connection closed by
+        peer", "OpType=ALLREDUCE") must not earn the bonus a whole pasted message earns. The bonus is capped by the
+        phrase's own weight, the summed IDF of its terms, instead of the whole query's, unless the phrase is nearly
+        the whole line."""
+
+        def _phrase_bonus(self, q_lower: str, i: int, best_possible: float) -> float:
+            from rapidfuzz import fuzz
+
+            if len(q_lower) < 12:
+                return 0.0
+            best = 0.0
+            for p in self.phrases[i]:
+                if len(p) < 12:
+                    continue
+                ratio = fuzz.partial_ratio(q_lower, p)
+                if ratio >= 85:
+                    whole = len(p) >= WHOLE_PHRASE * len(q_lower)  # the line is the phrase: a pasted message
+                    weight = best_possible if whole else min(best_possible, self._mass(p))
+                    best = max(best, weight * (ratio - 80) / 20.0)
+            return best
+
+        def _mass(self, phrase: str) -> float:
+            from gpudoctor.kb.search import tokenize
+
+            masses = self.__dict__.setdefault("_masses", {})
+            if phrase not in masses:
+                masses[phrase] = sum(self._idf(t) for t in set(tokenize(phrase)))
+            return masses[phrase]
+
+    base = catalog.search_index()
+    cached = _INDEXES.get(id(catalog))
+    if cached is None or cached[0] is not base:
+        cached = (base, FailureLineIndex(**vars(base)))
+        _INDEXES[id(catalog)] = cached
+    return cached[1]
+
+
+_INDEXES: dict[int, tuple] = {}
+WHOLE_PHRASE = 0.8  # a phrase this long against the line is the line itself, pasted
 PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
 
 
@@ -310,7 +365,7 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
 
     if not lines:
         return []
-    index = catalog.search_index()
+    index = _specific_index(catalog)
     entries = {e.id: e for e in catalog}
     best: dict[str, list[tuple[float, Evidence]]] = {}
     for ev, weight in _informative(lines):

@@ -207,6 +207,46 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
     return []
 
 
+# torch's device check (TensorIterator / checkAllSameGPU), two wordings: "but found at least two devices, cuda:1 and
+# cuda:0!" (1.7-2.2) and "but got target is on cuda:1, different from other tensors on cuda:0" (2.3 on)
+_TWO_DEVICES = re.compile(r"Expected all tensors to be on the same device, but (?:found at least two devices, "
+                          r"(?P<a>[\w:]+) and (?P<b>[\w:]+)|got \w+ is on (?P<c>[\w:]+), different from other tensors "
+                          r"on (?P<d>[\w:]+))")
+# anything that says more than one process trained: rank prefixes, launchers, DDP, process groups
+_SEVERAL_PROCESSES = re.compile(r"^\[(?:rank|RANK|Rank) ?\d+\]|\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>|"
+                                r"ChildFailedError|ProcessRaisedException|torch\.multiprocessing|\btorchrun\b|"
+                                r"torch\.distributed|torch/distributed|DistributedDataParallel|\bDDP\b|\bLOCAL_RANK\b|"
+                                r"local_rank|init_process_group|accelerate launch|deepspeed|horovod|world_size",
+                                re.MULTILINE)
+# a model spread over GPUs by one process: accelerate's big-model dispatch (hooks.py moves each layer's inputs),
+# device_map, or the loss computed inside a transformers model's own forward (modeling_*.py), where logits and labels
+# come from one batch and only a split model puts them on two GPUs
+_SPLIT_MODEL = re.compile(r"modeling_\w+\.py|accelerate[/\\]hooks\.py|device_map|dispatch_model|big_modeling")
+
+
+def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
+    """A loss argument on one GPU and the rest on another, raised inside a model that one process spread over GPUs
+    (device_map, accelerate's dispatch, a transformers model computing its own loss), in a log with no sign of a
+    second process: the output and labels sit apart because of the split. That is not P4, which is about DDP ranks:
+    P4 is ruled out and the note says what it is instead."""
+    if "Expected all tensors" not in text:
+        return []
+    for line_no, line in enumerate(text.splitlines(), 1):
+        m = _TWO_DEVICES.search(line)
+        if m is None:
+            continue
+        devices = {d for d in m.group("a", "b", "c", "d") if d}
+        if (not all(d.startswith("cuda") for d in devices) or len(devices) < 2 or _SEVERAL_PROCESSES.search(text)
+                or not _SPLIT_MODEL.search(text)):
+            return []
+        return [Verdict("P4", "rule:two-gpus-one-process", (Evidence(file, line_no, line, "rule:two-gpus-one-process"),),
+                        rule_out=True,
+                        note=f"not P4: line {line_no} names two GPUs ({' and '.join(sorted(devices))}) and nothing in "
+                             f"the log shows a second process; one process spread the model over GPUs (device_map, "
+                             f"model parallel), so move the labels to the device of the output they are compared with")]
+    return []
+
+
 # --- every input -----------------------------------------------------------------------------------
 
 _TRIGGER = re.compile(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
@@ -238,6 +278,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
         if whole is not None:
             verdicts.extend(interface_rule(whole, scan.name))
             verdicts.extend(coll_desync_rule(whole, scan.name))
+            verdicts.extend(two_gpus_one_process_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

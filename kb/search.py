@@ -182,9 +182,16 @@ class SearchIndex:
         n, df = len(self.ids), self.df.get(term, 0)
         return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
-    def search(self, query: str, limit: int = 10) -> list[Hit]:
+    def _phrase_bonus(self, q_lower: str, i: int, best_possible: float) -> float:
+        """A pasted error message or a near-verbatim symptom of entry i."""
         from rapidfuzz import fuzz
 
+        if len(q_lower) < 12:
+            return 0.0
+        phrase = max((fuzz.partial_ratio(q_lower, p) for p in self.phrases[i] if len(p) >= 12), default=0)
+        return best_possible * (phrase - 80) / 20.0 if phrase >= 85 else 0.0
+
+    def search(self, query: str, limit: int = 10) -> list[Hit]:
         terms = list(dict.fromkeys(tokenize(query)))
         if not terms:
             return []
@@ -213,11 +220,7 @@ class SearchIndex:
                 continue
             # terms adjacent in the query and in the entry: "address already", "docker0 nccl"
             total += 0.6 * sum(self._idf(a) for a, b in q_pairs if (a, b) in self.bigrams[i])
-            # a pasted error message or a near-verbatim symptom
-            if len(q_lower) >= 12:
-                phrase = max((fuzz.partial_ratio(q_lower, p) for p in self.phrases[i] if len(p) >= 12), default=0)
-                if phrase >= 85:
-                    total += best_possible * (phrase - 80) / 20.0
+            total += self._phrase_bonus(q_lower, i, best_possible)
             coverage = len(matched) / len(terms)
             scores.append((total * (0.5 + 0.5 * coverage), i, tuple(matched)))
         scores.sort(key=lambda s: (-s[0], s[1]))

@@ -171,3 +171,27 @@ def test_a_faulthandler_dump_with_no_error_is_read_by_the_frames_it_stopped_in()
     assert d.findings and all(f.tier == "possible" for f in d.findings)
     assert d.findings[0].evidence[0].text.startswith("barrier; save_checkpoint")
     assert run("step 1 loss 2.0\nstep 2 loss 1.9").findings == []
+
+
+def test_a_stock_phrase_inside_a_longer_failure_line_earns_only_its_own_weight():
+    """D9 lists "Connection closed by peer"; an OOM line that ends with those words must not rank D9 over the
+    entries its specific words name (the phrase bonus used to scale with the whole line)."""
+    from gpudoctor.engine.possible import _specific_index
+
+    line = "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB; rank 3 Connection closed by peer"
+    assert CATALOG.search_index().search(line, 1)[0].id == "D9"  # plain search: the stock phrase wins
+    assert _specific_index(CATALOG).search(line, 1)[0].id != "D9"
+    # a whole pasted message keeps its bonus
+    whole = "Expected to have finished reduction in the prior iteration before starting a new one"
+    assert _specific_index(CATALOG).search(whole, 1)[0].score >= 0.95
+
+
+def test_timeouts_beside_a_ranks_own_error_weigh_less_than_it():
+    from gpudoctor.engine.findings import Evidence
+    from gpudoctor.engine.possible import CONSEQUENCE_WEIGHT, _informative
+
+    crash = Evidence("x", 1, "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "")
+    wait = Evidence("x", 2, "[rank0]: RuntimeError: Timed out waiting 1800000ms for recv operation to complete", "")
+    weights = dict((ev.line, w) for ev, w in _informative([crash, wait]))
+    assert weights == {1: 1.0, 2: CONSEQUENCE_WEIGHT}
+    assert dict((ev.line, w) for ev, w in _informative([wait])) == {2: 1.0}  # alone, it is all there is

@@ -443,3 +443,28 @@ def test_a_rank_whose_traceback_was_cut_before_its_error_failed_first(catalog):
                            "python3.10/site-packages/torch/distributed/distributed_c10d.py\", line 2050, in all_reduce"
                            "\n[rank1]:     work = group.allreduce([tensor], opts)")
     assert not any("rank 1 failed first" in v for v in run(catalog, waiting).verdict)
+
+
+_LOSS_ON_TWO_GPUS = [
+    "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0! "
+    "(when checking argument for argument target in method wrapper_CUDA_nll_loss_forward)",
+    "RuntimeError: Expected all tensors to be on the same device, but got target is on cuda:0, different from other "
+    "tensors on cuda:1 (when checking argument in method wrapper_CUDA_nll_loss_forward)",
+]
+
+
+@pytest.mark.parametrize("error", _LOSS_ON_TWO_GPUS)
+def test_labels_on_another_gpu_of_one_process_rule_p4_out(catalog, error):
+    frames = ["Traceback (most recent call last):", '  File "finetune.py", line 80, in <module>',
+              "    trainer.train()", '  File "modeling_chatglm.py", line 960, in forward',
+              "    loss = loss_fct(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))"]
+    d = run(catalog, "\n".join(frames + [error]) + "\n")
+    assert "P4" not in matches(d) + possible(d)
+    assert any(n.startswith("not P4") and "cuda:0 and cuda:1" in n for n in d.notes)
+    # the same error from a rank of a DDP job is P4's; so is a target left on the CPU
+    ranked = "\n".join(f"[rank1]: {x}" for x in frames + [error]) + "\n"
+    assert matches(run(catalog, ranked))[:1] == ["P4"]
+    cpu = error.replace("cuda:0", "cpu", 1)
+    assert "P4" in matches(run(catalog, "\n".join(frames + [cpu]) + "\n"))
+    # a bare error with nothing that says where the model was split: the log cannot tell, P4 stays
+    assert "P4" in matches(run(catalog, error + "\n"))
