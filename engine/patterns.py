@@ -20,8 +20,12 @@ LOST_PEER = (
 STRUCTURAL = {  # name: (regex, literals one of which every match contains; a test checks them)
     "traceback": (r"Traceback \(most recent call last\)", ("Traceback (most recent call last)",)),
     "exception": (r"\b[A-Z][A-Za-z0-9_.]*(?:Error|Exception|Interrupt)\b(?::|$)", ("Error", "Exception", "Interrupt")),
-    "watchdog": (r"Watchdog caught collective operation timeout|Timeout at NCCL work|last enqueued (?:NCCL )?work",
-                 ("Watchdog caught collective operation timeout", "Timeout at NCCL work", "last enqueued ")),
+    # torch 2.4+ ranks that learn of a peer's timeout print only the dump-signal line ("... from rank 7"), and
+    # 2.6+ spell the work counters with the backend's name ("Last enqueued NCCL work", "last completed nccl work")
+    "watchdog": (r"Watchdog caught collective operation timeout|Timeout at NCCL work|[Ll]ast enqueued (?:\w+ )?work|"
+                 r"Received a dump signal due to a collective timeout",
+                 ("Watchdog caught collective operation timeout", "Timeout at NCCL work", "ast enqueued ",
+                  "Received a dump signal due to a collective timeout")),
     "gloo-timeout": (r"Timed out waiting \d+ ?ms for (?:recv|send)|\[Gloo\] .*(?:timed out|Timeout)|Gloo connectFullMesh failed",
                      ("Timed out waiting ", "[Gloo] ", "Gloo connectFullMesh failed")),
     "init-complete": (r"Init COMPLETE", ("Init COMPLETE",)),
