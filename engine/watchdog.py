@@ -42,7 +42,7 @@ class Watchdog:
 
 _WD_TRIGGERS = (
     "WorkNCCL",
-    "Watchdog caught collective operation",
+    "aught collective operation timeout",
     "NCCL work",
     "work sequence id",
     "watchdog got stuck",
@@ -100,7 +100,7 @@ def parse_watchdog(body: str) -> Watchdog | None:
     fields = dict(_WORK_FIELD.findall(inner))
     ran = _RAN_FOR.search(window)
     # a C++ stack frame "WorkNCCL::WorkNCCL(std::string ...)" names the class but is no report
-    if "OpType" in fields or "SeqNum" in fields or ran or "Watchdog caught collective operation" in body:
+    if "OpType" in fields or "SeqNum" in fields or ran or "aught collective operation timeout" in body:
         # "Collective WorkNCCL(...) raised the following async exception: NCCL error ..." is a failure, not a timeout
         failed = "raised the following async exception" in window and ran is None
         return Watchdog(

@@ -187,3 +187,15 @@ def test_dump_signal_lines_alone_give_the_ranks_their_counters() -> None:
         result = diagnose(load_catalog(), resolve([str(path)]), use_hyperscan=False)
     counters = {r.rank: (r.last_completed, r.last_enqueued) for r in result.ranks}
     assert counters == {0: (592, 593), 1: (593, 593)}
+
+
+def test_torch_1_8_caught_timeout_for_work() -> None:
+    # torch 1.7-1.8 ProcessGroupNCCL.cpp WorkNCCL::synchronizeInternal: "[Rank " << rank_ << "] Caught collective
+    # operation timeout for work: " << (*this), then throws "Operation timed out!"
+    wd = parse_watchdog("[Rank 1] Caught collective operation timeout for work: WorkNCCL(OpType=ALLREDUCE, "
+                        "TensorShape=[1024], Timeout(ms)=1800000)")
+    assert wd is not None and (wd.kind, wd.rank, wd.op_type, wd.timeout_ms) == ("nccl_timeout", 1, "ALLREDUCE", 1800000)
+    from gpudoctor.engine.patterns import STRUCTURAL
+    import re
+
+    assert re.search(STRUCTURAL["watchdog"][0], "[Rank 1] Caught collective operation timeout for work: WorkNCCL(")
