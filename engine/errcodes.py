@@ -55,6 +55,26 @@ CUDA_ERRORS = {
           "the kernel driver and the user-space CUDA driver are different versions"),
     999: ("cudaErrorUnknown", "unknown error", "an unspecified CUDA failure, often after a GPU fell off the bus"),
 }
+# enum ibv_wc_status (libibverbs verbs.h) as NCCL's net_ib.cc prints it in "NET/IB : Got completion from peer
+# %s with error %d, ..." (NCCL 2.7-2.19) or "... with status=%d opcode=%d ..." (2.20+); only the ones seen in training
+IB_COMPLETION = {
+    1: ("IBV_WC_LOC_LEN_ERR", "a received message was longer than the buffer posted for it: ranks disagree on "
+        "sizes (mismatched NCCL versions or settings between nodes)"),
+    4: ("IBV_WC_LOC_PROT_ERR", "local protection error: the NIC could not use a registered buffer, often GPUDirect "
+        "RDMA trouble (nvidia-peermem not loaded, ACS/IOMMU on the PCIe path)"),
+    5: ("IBV_WC_WR_FLUSH_ERR", "work request flushed: the connection was already broken by an earlier error, so "
+        "look for the first failure (a peer that died or an earlier completion error)"),
+    8: ("IBV_WC_LOC_ACCESS_ERR", "local access error on a registered buffer (GPUDirect RDMA or memory registration)"),
+    10: ("IBV_WC_REM_ACCESS_ERR", "remote access error: the peer rejected the access, its memory registration "
+         "differs or was released (a peer restarting or a GPUDirect problem on its side)"),
+    12: ("IBV_WC_RETRY_EXC_ERR", "transport retry counter exceeded: the peer's NIC stopped acknowledging, because "
+         "the peer process died or the fabric dropped packets (a bad link or port, RoCE without lossless "
+         "settings, a wrong NCCL_IB_GID_INDEX, an MTU mismatch)"),
+    13: ("IBV_WC_RNR_RETRY_EXC_ERR", "receiver-not-ready retries exceeded: the peer did not post its receives in "
+         "time, usually a stalled or dead peer"),
+}
+_IB_STATUS = re.compile(r"Got completion from peer \S{1,120} with (?:error |status=)(\d{1,3})\b")
+
 _CUDA_BY_NAME = {name: (num, name, msg, why) for num, (name, msg, why) in CUDA_ERRORS.items()}
 _CUDA_BY_MESSAGE = {msg.lower(): (num, name, msg, why) for num, (name, msg, why) in CUDA_ERRORS.items()
                     if num not in (1, 2)}  # "invalid argument" and "out of memory" are too common to read alone
@@ -105,6 +125,10 @@ def explain(text: str) -> list[Meaning]:
     for message, hit in _CUDA_BY_MESSAGE.items():
         if message in lower and hit[1] not in found:
             found[hit[1]] = Meaning(f"{hit[1]} ({hit[0]})", hit[3])
+    for m in _IB_STATUS.finditer(text):
+        hit = IB_COMPLETION.get(int(m.group(1)))
+        if hit is not None:
+            found[hit[0]] = Meaning(f"{hit[0]} ({m.group(1)})", hit[1])
     for m in _CUDA_NUMBER.finditer(text):
         num = int(m.group(1))
         if num in CUDA_ERRORS and num not in (1, 2) and CUDA_ERRORS[num][0] not in found:

@@ -20,8 +20,13 @@ LOST_PEER = (
 STRUCTURAL = {  # name: (regex, literals one of which every match contains; a test checks them)
     "traceback": (r"Traceback \(most recent call last\)", ("Traceback (most recent call last)",)),
     "exception": (r"\b[A-Z][A-Za-z0-9_.]*(?:Error|Exception|Interrupt)\b(?::|$)", ("Error", "Exception", "Interrupt")),
-    "watchdog": (r"Watchdog caught collective operation timeout|Timeout at NCCL work|last enqueued (?:NCCL )?work",
-                 ("Watchdog caught collective operation timeout", "Timeout at NCCL work", "last enqueued ")),
+    # torch 2.4+ ranks that learn of a peer's timeout print only the dump-signal line ("... from rank 7"), and
+    # 2.6+ spell the work counters with the backend's name ("Last enqueued NCCL work", "last completed nccl work")
+    # torch 1.7-1.8 logged "[Rank 1] Caught collective operation timeout for work: WorkNCCL(...)" before the watchdog
+    "watchdog": (r"[Cc]aught collective operation timeout|Timeout at NCCL work|[Ll]ast enqueued (?:\w+ )?work|"
+                 r"Received a dump signal due to a collective timeout",
+                 ("aught collective operation timeout", "Timeout at NCCL work", "ast enqueued ",
+                  "Received a dump signal due to a collective timeout")),
     "gloo-timeout": (r"Timed out waiting \d+ ?ms for (?:recv|send)|\[Gloo\] .*(?:timed out|Timeout)|Gloo connectFullMesh failed",
                      ("Timed out waiting ", "[Gloo] ", "Gloo connectFullMesh failed")),
     "init-complete": (r"Init COMPLETE", ("Init COMPLETE",)),

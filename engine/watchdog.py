@@ -42,13 +42,14 @@ class Watchdog:
 
 _WD_TRIGGERS = (
     "WorkNCCL",
-    "Watchdog caught collective operation",
+    "aught collective operation timeout",
     "NCCL work",
     "work sequence id",
     "watchdog got stuck",
     "Heartbeat monitor timed out",
     "Timed out waiting",
     "monitoredBarrier",
+    "dump signal due to a collective timeout",
 )
 _RANK_TAG = _lazy(
     r"\[(?:PG (?:ID )?(\d{1,9})(?: PG GUID \d{1,9})? ?(?:\(([^()\]]{0,200})\))? )?Rank (\d{1,7})\]"
@@ -58,7 +59,8 @@ _RAN_FOR = _lazy(r"\) ran for (\d{1,15}) milliseconds")
 _AT_WORK = _lazy(
     r"(?:Timeout at NCCL work|detected by watchdog at work|at work sequence id): ?(-?\d{1,15})"
 )
-_LAST = _lazy(r"last (enqueued|completed|started) (?:NCCL )?work: ?(-?\d{1,15})")
+# "Last enqueued NCCL work: 5, last completed NCCL work: 4" (the dump-signal line capitalises the first)
+_LAST = _lazy(r"[Ll]ast (enqueued|completed|started) (?:\w{1,12} )?work: ?(-?\d{1,15})")
 _STUCK = _lazy(r"watchdog got stuck for (\d{1,9}) seconds")
 _GLOO_WAIT = _lazy(r"Timed out waiting (\d{1,12})\s?ms for (recv|send) operation to complete")
 _BARRIER_MISS = _lazy(r"Ranks? ((?:\d{1,7}, ?){0,4096}\d{1,7}) failed to pass monitoredBarrier in (\d{1,12}) ms")
@@ -98,7 +100,7 @@ def parse_watchdog(body: str) -> Watchdog | None:
     fields = dict(_WORK_FIELD.findall(inner))
     ran = _RAN_FOR.search(window)
     # a C++ stack frame "WorkNCCL::WorkNCCL(std::string ...)" names the class but is no report
-    if "OpType" in fields or "SeqNum" in fields or ran or "Watchdog caught collective operation" in body:
+    if "OpType" in fields or "SeqNum" in fields or ran or "aught collective operation timeout" in body:
         # "Collective WorkNCCL(...) raised the following async exception: NCCL error ..." is a failure, not a timeout
         failed = "raised the following async exception" in window and ran is None
         return Watchdog(

@@ -236,6 +236,11 @@ def test_hang_stacks_real_gloo_ranks(tmp_path, catalog):
     ("NCCL WARN Cuda failure 217 'peer access is not supported between these two devices'",
      "cudaErrorPeerAccessUnsupported (217)"),
     ("RuntimeError: CUDA error: invalid device ordinal", "cudaErrorInvalidDevice (101)"),
+    # NCCL src/transport/net_ib.cc, 2.7-2.19 and 2.20+ wordings of a failed IB work completion
+    ("node-2:5776:5902 [0] transport/net_ib.cc:1296 NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with "
+     "error 12, opcode 0, len 0, vendor err 129 (Recv)", "IBV_WC_RETRY_EXC_ERR (12)"),
+    ("NET/IB : Got completion from peer 10.5.0.34<33956> with status=5 opcode=0 len=1 vendor err 244 (Recv) "
+     "localGid ::ffff:10.6.0.35 remoteGid ::ffff:10.5.0.34", "IBV_WC_WR_FLUSH_ERR (5)"),
 ])
 def test_error_codes_are_explained(line, code):
     assert code in [m.code for m in explain(line)]
@@ -244,6 +249,7 @@ def test_error_codes_are_explained(line, code):
 def test_plain_lines_have_no_error_code():
     assert explain("epoch 3 loss 0.25 lr 1e-4 -> 6 steps") == []
     assert explain("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB") == []
+    assert explain("NET/IB : Got completion from peer 10.0.0.2<1> with error 99, opcode 0") == []  # not a status we know
 
 
 def test_meanings_travel_with_the_evidence(cli_proc):

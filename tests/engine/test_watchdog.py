@@ -151,3 +151,51 @@ def test_not_a_watchdog(body: str) -> None:
                  .flatmap(lambda s: st.text(max_size=60).map(lambda t: s + t))))
 def test_parse_watchdog_never_raises(body: str) -> None:
     parse_watchdog(body)
+
+
+# torch 2.4+ (ProcessGroupNCCL.cpp getNCCLWatchdogTimeoutErrorMsg): a rank told of a peer's timeout prints only this
+_DUMP = ("{rank_tag} Received a dump signal due to a collective timeout from {source} and we will try our best to dump "
+         "the debug info. Last enqueued {backend} work: {enq}, last completed {backend} work: {done}.This is most likely "
+         "caused by incorrect usages of collectives, e.g., wrong sizes used across ranks, the order of collectives is "
+         "not same for all ranks or the scheduled collective, for some reason, didn't run.")
+
+
+@pytest.mark.parametrize("backend", ["NCCL", "nccl"])
+def test_dump_signal_line_reads_as_a_timeout_report(backend: str) -> None:
+    body = _DUMP.format(rank_tag="[PG ID 0 PG GUID 0(default_pg) Rank 5]", source=" rank 7", backend=backend,
+                        enq=56116, done=56115)
+    wd = parse_watchdog(body)
+    assert wd is not None and wd.backend == "nccl"
+    assert (wd.rank, wd.pg_id, wd.last_enqueued, wd.last_completed) == (5, 0, 56116, 56115)
+
+
+def test_dump_signal_lines_alone_give_the_ranks_their_counters() -> None:
+    from gpudoctor.engine.diagnose import diagnose
+    from gpudoctor.engine.sources import resolve
+    from gpudoctor.kb.catalog import load_catalog
+    import tempfile
+
+    lines = [
+        f"[rank{r}]:[E813 12:25:31.213133402 ProcessGroupNCCL.cpp:1746] "
+        + _DUMP.format(rank_tag=f"[PG ID 0 PG GUID 0(default_pg) Rank {r}]", source=src, backend="NCCL",
+                       enq=593, done=done)
+        for r, src, done in ((0, "this local rank", 592), (1, " rank 0", 593))
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "dump.log"
+        path.write_text("\n".join(lines) + "\n")
+        result = diagnose(load_catalog(), resolve([str(path)]), use_hyperscan=False)
+    counters = {r.rank: (r.last_completed, r.last_enqueued) for r in result.ranks}
+    assert counters == {0: (592, 593), 1: (593, 593)}
+
+
+def test_torch_1_8_caught_timeout_for_work() -> None:
+    # torch 1.7-1.8 ProcessGroupNCCL.cpp WorkNCCL::synchronizeInternal: "[Rank " << rank_ << "] Caught collective
+    # operation timeout for work: " << (*this), then throws "Operation timed out!"
+    wd = parse_watchdog("[Rank 1] Caught collective operation timeout for work: WorkNCCL(OpType=ALLREDUCE, "
+                        "TensorShape=[1024], Timeout(ms)=1800000)")
+    assert wd is not None and (wd.kind, wd.rank, wd.op_type, wd.timeout_ms) == ("nccl_timeout", 1, "ALLREDUCE", 1800000)
+    from gpudoctor.engine.patterns import STRUCTURAL
+    import re
+
+    assert re.search(STRUCTURAL["watchdog"][0], "[Rank 1] Caught collective operation timeout for work: WorkNCCL(")
