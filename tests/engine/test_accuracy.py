@@ -76,7 +76,8 @@ def test_sealed_set_meets_its_floor():
     Measured once after the issue-8 work (bench/accuracy.py): 47 positives, 33 negatives; top-1 57%, top-3 81%,
     negatives without a confident match 94%, the possible tier 65% (11/17) where nothing matched, keyword
     baseline 70% / 81%. With collector e's logs (manifest-e.yaml): 51 positives, 38 negatives; top-1 57%, top-3 82%,
-    negatives 92%. The floors sit well under that; a change that raises the development figures and lowers these
+    negatives 92%. With collector f's logs (manifest-f.yaml): 56 positives, 42 negatives; top-1 61%, top-3 84%,
+    negatives 93%. The floors sit well under that; a change that raises the development figures and lowers these
     is a regression."""
     bench = _bench()
     figures = bench.evaluate_cases(bench.load_cases(bench.SEALED, "manifest*.yaml"))
