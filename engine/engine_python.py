@@ -62,7 +62,9 @@ class PythonMatcher:
         self._exact, self._folded, self._bare, self._singles = patterns.literal_table(indexes)
         self._needs: dict[int, tuple] = {}  # pattern index -> (flags, [(alternative, its need tree)], caseless)
         self._rx: dict[tuple, tuple] = {}  # (index, alternatives, over the lowered block) -> (regex, lowered)
-        self._anchors = None  # [case-sensitive, caseless] Anchors, planned for the first big block
+        self._anchors = None  # [case-sensitive, caseless] Anchors, planned for the first big varied block
+        self._shapes = None  # the current block's Shapes, where it has few
+        self._varied = 0  # big blocks seen whose lines were too varied for shapes to help
 
     def _needs_of(self, index: int) -> tuple:
         if index not in self._needs:
@@ -86,7 +88,9 @@ class PythonMatcher:
 
         def cost(text: str) -> int:
             if text not in counted:
-                counted[text] = haystack.count(text.encode("utf-8"), start, end)
+                needle = text.encode("utf-8")
+                absent = self._shapes is not None and not self._shapes.may_hold(needle, lowered)
+                counted[text] = 0 if absent else haystack.count(needle, start, end)
             return counted[text]
 
         limit = max(COMMON_LITERAL * 4, (end - start) >> 10)  # past this many lines re is the quicker
@@ -157,7 +161,13 @@ class PythonMatcher:
 
         lowered = block[:end].lower() if self._folded or any(p.caseless for p in self._singles) else b""
         located: list[dict[bytes, list[int]]] = [{}, {}]  # literal -> every offset, where anchors found them
-        if end >= ANCHOR_FROM:  # a small block: a pass per literal costs less than planning anchors
+        self._shapes = shapes = None
+        if end >= ANCHOR_FROM and self._varied < 2:  # a small block: a pass per literal costs less
+            from gpudoctor.engine.shapes import Shapes
+
+            self._shapes = shapes = Shapes.of(block, end)
+            self._varied += shapes is None
+        if shapes is None and end >= ANCHOR_FROM:
             if self._anchors is None:
                 self._anchors = self._plan_anchors()
             budget = max(COMMON_LITERAL, end >> ANCHOR_BUDGET)
@@ -167,6 +177,8 @@ class PythonMatcher:
             known = located[folded]
             for literal, indexes in table:
                 needle = literal.encode("utf-8")
+                if shapes is not None and not shapes.may_hold(needle, folded):
+                    continue
                 seen = 0
                 for pos in _per_line(haystack, needle, end, end, known.get(needle)):
                     start = haystack.rfind(b"\n", 0, pos) + 1
@@ -184,6 +196,8 @@ class PythonMatcher:
             best, best_at = None, 0
             for literal in p.literals:
                 needle = literal.encode("utf-8")
+                if shapes is not None and not shapes.may_hold(needle, p.caseless):
+                    continue
                 limit = end if best is None else best
                 occurrences = _per_line(haystack, needle, limit, end, known.get(needle))
                 first = first_matching_line(self.patterns, p, block, end, occurrences)
@@ -197,4 +211,5 @@ class PythonMatcher:
                 add(start, self._bare, start)
                 nl = block.find(b"\n", start, end)
                 start = end if nl < 0 else nl + 1
+        self._shapes = None
         return found
