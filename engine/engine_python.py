@@ -14,13 +14,17 @@ def _decode(raw) -> str:
 def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offsets) -> tuple[int, int] | None:
     """Of the given match offsets, (line start, offset) of the first line that p's Python regex really
     matches (what hyperscan's single-match mode reports for a context pattern)."""
+    from gpudoctor.engine.prefix import parse_prefix
+
     regex = patterns.regex(p.index)
+    anchored = p.index in patterns.anchored  # as the scan verifies it: also on the line without its prefixes
     for pos in offsets:
         start = block.rfind(b"\n", 0, pos) + 1
         nl = block.find(b"\n", pos, end)
         nl = end if nl < 0 else nl
         lo = start if nl - start <= MAX_TEXT * 2 else max(start, pos - MAX_TEXT)
-        if regex.search(_decode(block[lo:min(nl, lo + MAX_TEXT * 2)])):
+        text = _decode(block[lo:min(nl, lo + MAX_TEXT * 2)])
+        if regex.search(text) or (anchored and regex.search(parse_prefix(text.rstrip("\r")).body)):
             return start, pos
     return None
 
@@ -173,6 +177,7 @@ class PythonMatcher:
             budget = max(COMMON_LITERAL, end >> ANCHOR_BUDGET)
             located = [self._anchors[0].sweep(block, end, budget),
                        self._anchors[1].sweep(lowered, end, budget) if lowered else {}]
+        common: dict[int, int] = {}  # pattern -> offset from which all its matches are candidates
         for table, haystack, folded in ((self._exact, block, False), (self._folded, lowered, True)):
             known = located[folded]
             for literal, indexes in table:
@@ -186,7 +191,11 @@ class PythonMatcher:
                     if seen > COMMON_LITERAL:
                         # a literal on every other line ("step", "loss"): see _plan_common
                         for index in indexes:
-                            self._common(index, block, haystack, start, end, add)
+                            # another of its literals may have handed it over already, from `since`
+                            since = common.get(index, end)
+                            if start < since:
+                                self._common(index, block, haystack, start, since, add)
+                                common[index] = start
                         break
                     add(start, indexes, pos + len(needle))
         for p in self._singles:
