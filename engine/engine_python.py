@@ -29,7 +29,9 @@ def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offse
     return None
 
 
-ANCHOR_FROM = 1 << 18  # blocks of this many bytes or more search literals by their anchors
+SHAPES_FROM = 1 << 12  # blocks of this many bytes or more are first read for their line shapes
+ANCHOR_FROM = 1 << 18  # varied blocks of this many bytes or more search literals by their anchors
+SHAPES_RETRY = 4  # after a block too varied for shapes, this many blocks go without them
 ANCHOR_BUDGET = 9  # an anchor seen more than once per 2**9 bytes costs more than searching its literals
 
 
@@ -68,7 +70,7 @@ class PythonMatcher:
         self._rx: dict[tuple, tuple] = {}  # (index, alternatives, over the lowered block) -> (regex, lowered)
         self._anchors = None  # [case-sensitive, caseless] Anchors, planned for the first big varied block
         self._shapes = None  # the current block's Shapes, where it has few
-        self._varied = 0  # big blocks seen whose lines were too varied for shapes to help
+        self._shapes_off = 0  # blocks still to go without shapes, after one whose lines were too varied
 
     def _needs_of(self, index: int) -> tuple:
         if index not in self._needs:
@@ -166,11 +168,14 @@ class PythonMatcher:
         lowered = block[:end].lower() if self._folded or any(p.caseless for p in self._singles) else b""
         located: list[dict[bytes, list[int]]] = [{}, {}]  # literal -> every offset, where anchors found them
         self._shapes = shapes = None
-        if end >= ANCHOR_FROM and self._varied < 2:  # a small block: a pass per literal costs less
-            from gpudoctor.engine.shapes import Shapes
+        if end >= SHAPES_FROM:  # a tiny block: a pass per literal costs less
+            if self._shapes_off:
+                self._shapes_off -= 1
+            else:
+                from gpudoctor.engine.shapes import Shapes
 
-            self._shapes = shapes = Shapes.of(block, end)
-            self._varied += shapes is None
+                self._shapes = shapes = Shapes.of(block, end)
+                self._shapes_off = SHAPES_RETRY if shapes is None else 0
         if shapes is None and end >= ANCHOR_FROM:
             if self._anchors is None:
                 self._anchors = self._plan_anchors()

@@ -80,10 +80,11 @@ def reference(catalog):
 # forced on the real logs, which are small: each must find what the compiled engine finds, line for line.
 PATHS = {
     "default": {},
-    "shapes": {"ANCHOR_FROM": 0},
+    "shapes": {"SHAPES_FROM": 0},
+    "no shapes": {"SHAPES_FROM": 1 << 40},
     "anchors": {"ANCHOR_FROM": 0, "shapes": False},
-    "common literals": {"ANCHOR_FROM": 0, "COMMON_LITERAL": 1},
-    "common, no shapes": {"ANCHOR_FROM": 0, "COMMON_LITERAL": 1, "shapes": False},
+    "common literals": {"SHAPES_FROM": 0, "COMMON_LITERAL": 1},
+    "common, anchors": {"ANCHOR_FROM": 0, "COMMON_LITERAL": 1, "shapes": False},
 }
 
 
