@@ -118,7 +118,9 @@ class PythonMatcher:
             import re
 
             flags, parts, _caseless = self._needs_of(index)
-            body = "|".join(parts[k][0] for k in slow)
+            # a leading \b keeps re from skipping ahead to the alternative's first letters; without it
+            # the regex matches more, which is all a prefilter may do (the scan verifies each line)
+            body = "|".join(parts[k][0].removeprefix("\\b") for k in slow)
             p = self.patterns.patterns[index]
             safe = lowered and p.caseless and flags in ("", "(?i)") and not re.search(r"\\[A-Z]|\(\?[a-zA-Z]", body)
             if safe:
