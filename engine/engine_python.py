@@ -18,13 +18,22 @@ def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offse
 
     regex = patterns.regex(p.index)
     anchored = p.index in patterns.anchored  # as the scan verifies it: also on the line without its prefixes
+    if anchored:
+        import re
+
+        from gpudoctor.engine.patterns import prefilter_regex
+
+        loose = re.compile(prefilter_regex(p.regex), re.IGNORECASE if p.caseless else 0)
     for pos in offsets:
         start = block.rfind(b"\n", 0, pos) + 1
         nl = block.find(b"\n", pos, end)
         nl = end if nl < 0 else nl
         lo = start if nl - start <= MAX_TEXT * 2 else max(start, pos - MAX_TEXT)
         text = _decode(block[lo:min(nl, lo + MAX_TEXT * 2)])
-        if regex.search(text) or (anchored and regex.search(parse_prefix(text.rstrip("\r")).body)):
+        if regex.search(text):
+            return start, pos
+        # the ^-less regex rules most lines out before their prefixes are read
+        if anchored and loose.search(text) and regex.search(parse_prefix(text.rstrip("\r")).body):
             return start, pos
     return None
 
