@@ -79,6 +79,8 @@ class PythonMatcher:
         self._rx: dict[tuple, tuple] = {}  # (index, alternatives, over the lowered block) -> (regex, lowered)
         self._anchors = None  # [case-sensitive, caseless] Anchors, planned for the first big varied block
         self._shapes = None  # the current block's Shapes, where it has few
+        self._folded_literals = [lit.encode("utf-8") for lit, _ in self._folded] + [
+            lit.encode("utf-8") for p in self._singles if p.caseless for lit in p.literals]
         self._shapes_off = 0  # blocks still to go without shapes, after one whose lines were too varied
 
     def _needs_of(self, index: int) -> tuple:
@@ -176,7 +178,6 @@ class PythonMatcher:
             else:
                 entry[0].update(indexes)
 
-        lowered = block[:end].lower() if self._folded or any(p.caseless for p in self._singles) else b""
         located: list[dict[bytes, list[int]]] = [{}, {}]  # literal -> every offset, where anchors found them
         self._shapes = shapes = None
         if end >= SHAPES_FROM:  # a tiny block: a pass per literal costs less
@@ -187,6 +188,10 @@ class PythonMatcher:
 
                 self._shapes = shapes = Shapes.of(block, end)
                 self._shapes_off = SHAPES_RETRY if shapes is None else 0
+        folded = self._folded_literals
+        if shapes is not None:
+            folded = [lit for lit in folded if shapes.may_hold(lit, True)]
+        lowered = block[:end].lower() if folded else b""  # no caseless literal here: no lower-cased copy
         if shapes is None and end >= ANCHOR_FROM:
             if self._anchors is None:
                 self._anchors = self._plan_anchors()
