@@ -158,3 +158,16 @@ def test_python_engine_on_a_step_log_finds_what_each_line_holds(patterns, monkey
             assert [h.line_no for h in got.all()] == numbers, (engine, patterns.patterns[index].name)
     for engine in engines[1:]:
         assert results[engine] == results["python"], engine
+
+
+def test_a_context_pattern_anchored_at_the_body_is_found_behind_a_prefix(patterns):
+    """D23's `^[Rank N]` context pattern on a line that opens with a c10d prefix: the scan verifies it on
+    the line's body, so the Python engine's first line for it must be that line (it used to skip it)."""
+    p = next(p for p in patterns.patterns if (p.owner, p.name) == ("D23", "multi-rank"))
+    assert p.single and p.index in patterns.anchored
+    data = (b"2024-05-07 15:51:09,140 - root - INFO - Starting training step on epoch 3\n"
+            b"no rank here: rank 3 of 4\n"
+            b"[E ProcessGroupNCCL.cpp:457] [Rank 3] Watchdog caught collective operation timeout\n")
+    for engine in available():
+        hits = Scanner(patterns, engine=engine).scan(io.BytesIO(data), "rank.log").hits
+        assert p.index in hits and [h.line_no for h in hits[p.index].all()] == [3], engine
