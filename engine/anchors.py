@@ -6,7 +6,7 @@ from typing import Iterable
 
 ANCHOR_LEN = 4  # bytes of a gram an anchor starts from
 GROUP = 3  # literals that must share an anchor for its pass to save any
-# grams common in English, so in most logs: never chosen as a literal's only way in
+# grams common in English, so in most logs: never anchors
 _COMMON = frozenset({b"tion", b"ment", b"ther", b"that", b"with", b"have", b"ance", b"ence", b"ting", b"atio",
                      b"ress", b"ster", b"ight", b"able", b"ally", b"ould", b"here", b"ions", b"inte", b"rati",
                      b"ctio", b"ing ", b"the ", b" the", b"and ", b" and", b"for ", b" for", b" to ", b" of "})

@@ -1,6 +1,7 @@
 """Literal prefilters of one regex: the cheapest set of strings one of which each match must contain."""
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 try:  # Python 3.11+ moved the parser; the old name still works on 3.10
@@ -91,8 +92,10 @@ def cheapest(node: Need, cost: Callable[[str], int], limit: float = float("inf")
 
 def branches(regex: str) -> tuple[str, list[str]]:
     """(the regex's leading global flags such as "(?i)", its top-level alternatives without them);
-    one alternative where it has none or cannot be split."""
+    one alternative where it has none or cannot be split (a backreference ties them together)."""
     flags = ""
+    if re.search(r"\\[1-9]|\(\?P=|\(\?\(", regex):  # a group referred to by number or name: keep them together
+        return "", [regex]
     if regex.startswith("(?") and not regex.startswith(("(?:", "(?P", "(?=", "(?!", "(?<", "(?#", "(?(")):
         close = regex.find(")")
         if close < 0 or ":" in regex[:close]:

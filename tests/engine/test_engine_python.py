@@ -34,6 +34,7 @@ def test_branches_split_only_top_level_alternatives():
     assert branches("plain") == ("", ["plain"])
     assert branches("[^]|]x|y") == ("", ["[^]|]x", "y"])
     assert branches("(?:a|b)") == ("", ["(?:a|b)"])
+    assert branches(r"(a)x\1|(b)y\2") == ("", [r"(a)x\1|(b)y\2"])  # split, group 2 would not exist
 
 
 COSTS = {  # several ways of pricing strings: the choice changes, soundness must not
