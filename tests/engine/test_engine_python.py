@@ -172,3 +172,33 @@ def test_a_context_pattern_anchored_at_the_body_is_found_behind_a_prefix(pattern
     for engine in available():
         hits = Scanner(patterns, engine=engine).scan(io.BytesIO(data), "rank.log").hits
         assert p.index in hits and [h.line_no for h in hits[p.index].all()] == [3], engine
+
+
+PIECES = [" loss ", " NaN ", "nan", " nan ", "Loss:", " step 0 ", "step=12", "epoch 0:", " Epoch 3", "[rank3]:",
+          "[Rank 1] ", "rank", " NCCL WARN ", " NCCL INFO ", "Traceback (most recent call last):", "RuntimeError: ",
+          "0xAbC9", "Error", "Connection reset by peer", "CUDA out of memory", " non-finite loss",
+          "Watchdog caught collective operation timeout", " ", ": ", "=", "42", "\t", "x" * 45]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(PIECES), max_size=8).map("".join), min_size=1, max_size=80),
+       st.sampled_from([(0, 2), (0, 256), (1 << 40, 2)]))
+def test_python_engine_matches_a_compiled_one_on_made_up_lines(patterns, lines, thresholds):
+    """Lines made of the words the patterns look for, with every path of the Python engine forced
+    (line shapes or not, literals common from their second line or not)."""
+    from gpudoctor.engine import engine_python
+
+    reference = "re2" if "re2" in available() else available()[0]
+    assert reference != "python", "no compiled engine installed: nothing to compare with"
+    data = ("\n".join(lines) * 3).encode()  # each line thrice: common literals, repeated shapes
+    saved = engine_python.SHAPES_FROM, engine_python.COMMON_LITERAL
+    engine_python.SHAPES_FROM, engine_python.COMMON_LITERAL = thresholds
+    try:
+        found = {}
+        for engine in ("python", reference):
+            hits = Scanner(patterns, engine=engine).scan(io.BytesIO(data), "made-up.log").hits
+            found[engine] = {i: (h.count, [(x.line_no, x.text) for x in h.all()]) for i, h in hits.items()
+                             if reference == "re2" or not patterns.patterns[i].single}
+    finally:
+        engine_python.SHAPES_FROM, engine_python.COMMON_LITERAL = saved
+    assert found["python"] == found[reference]
