@@ -188,10 +188,10 @@ class PythonMatcher:
 
                 self._shapes = shapes = Shapes.of(block, end)
                 self._shapes_off = SHAPES_RETRY if shapes is None else 0
-        folded = self._folded_literals
+        caseless_here = self._folded_literals
         if shapes is not None:
-            folded = [lit for lit in folded if shapes.may_hold(lit, True)]
-        lowered = block[:end].lower() if folded else b""  # no caseless literal here: no lower-cased copy
+            caseless_here = [lit for lit in caseless_here if shapes.may_hold(lit, True)]
+        lowered = block[:end].lower() if caseless_here else b""  # none here: no lower-cased copy
         if shapes is None and end >= ANCHOR_FROM:
             if self._anchors is None:
                 self._anchors = self._plan_anchors()
