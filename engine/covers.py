@@ -1,7 +1,8 @@
-"""Every way of prefiltering one regex by literals: sets of strings one of which each match contains."""
+"""Literal prefilters of one regex: the cheapest set of strings one of which each match must contain."""
 from __future__ import annotations
 
-import itertools
+import re
+from typing import Callable
 
 try:  # Python 3.11+ moved the parser; the old name still works on 3.10
     from re import _constants as sre_c  # type: ignore[attr-defined]
@@ -10,26 +11,22 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as sre_c  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
-__all__ = ["covers"]
+__all__ = ["Need", "branches", "cheapest", "need"]
 
-MIN_LEN = 3
-_MAX_COVERS = 24
+MIN_LEN = 3  # shorter strings are on every line: no filter
 
-Cover = frozenset  # of str
-
-
-def _ok(cover: Cover) -> bool:
-    return bool(cover) and all(len(s) >= MIN_LEN for s in cover)
+# What a match needs, as a tree: ("lit", s) the string s; ("all", parts) every part (so any one part's
+# strings are a prefilter); ("any", parts) one of the parts (so every part must give strings).
+Need = tuple
 
 
-def _seq(items) -> list[Cover]:
-    """Covers of a sequence: any one required part's cover covers the whole."""
-    found: list[Cover] = []
+def _seq(items) -> Need:
+    parts: list[Need] = []
     run: list[str] = []
 
     def flush() -> None:
         if run:
-            found.append(frozenset({"".join(run)}))
+            parts.append(("lit", "".join(run)))
             run.clear()
 
     for op, arg in items:
@@ -41,44 +38,90 @@ def _seq(items) -> list[Cover]:
             continue
         flush()
         if op is sre_c.SUBPATTERN:
-            found += _seq(arg[-1])
+            parts.append(_seq(arg[-1]))
         elif op is sre_c.BRANCH:
-            found += _branch(arg[1])
+            parts.append(("any", [_seq(b) for b in arg[1]]))
         elif op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and arg[0] >= 1:
-            found += _seq(arg[2])
+            parts.append(_seq(arg[2]))
     flush()
-    return [c for c in found if _ok(c)]
+    return ("all", parts)
 
 
-def _branch(branches) -> list[Cover]:
-    """Covers of an alternation: one cover from every branch, joined; a few of the best combinations."""
-    per: list[list[Cover]] = []
-    for branch in branches:
-        options = sorted(set(_seq(branch)), key=lambda c: (-min(map(len, c)), len(c), sorted(c)))
-        if not options:
-            return []
-        per.append(options)
-    keep = 1
-    while keep < 4 and (keep + 1) ** len(per) <= _MAX_COVERS:
-        keep += 1
-    combos = itertools.islice(itertools.product(*(o[:keep] for o in per)), _MAX_COVERS)
-    out = [frozenset().union(*combo) for combo in combos]
-    # also each branch's own alternatives with the others' best, so that one rare word can be chosen
-    for k, options in enumerate(per):
-        for option in options[1:4]:
-            out.append(frozenset().union(*(option if j == k else per[j][0] for j in range(len(per)))))
-    return list(dict.fromkeys(out))
+def _lower(node: Need) -> Need:
+    if node[0] == "lit":
+        return ("lit", node[1].lower())
+    return (node[0], [_lower(n) for n in node[1]])
 
 
-def covers(regex: str, caseless: bool = False) -> list[Cover]:
-    """Sets of strings, one of which every match of `regex` contains (lower-cased when caseless);
-    several when the regex allows several choices. Empty when no literal prefilter exists."""
+def need(regex: str, caseless: bool = False) -> Need | None:
+    """The tree of strings a match of `regex` needs (lower-cased when caseless); None if it does not parse."""
     try:
         parsed = sre_parse.parse(regex)
     except Exception:
-        return []
-    caseless = caseless or bool(parsed.state.flags & sre_c.SRE_FLAG_IGNORECASE)
-    found = list(dict.fromkeys(_seq(list(parsed))))
-    if caseless:
-        found = list(dict.fromkeys(frozenset(s.lower() for s in c) for c in found))
-    return found[: _MAX_COVERS * 2]
+        return None
+    tree = _seq(list(parsed))
+    return _lower(tree) if caseless or parsed.state.flags & sre_c.SRE_FLAG_IGNORECASE else tree
+
+
+def cheapest(node: Need, cost: Callable[[str], int], limit: float = float("inf")) -> tuple[int, frozenset[str]] | None:
+    """The strings, one of which every match contains, whose costs add up least (each string's cost is,
+    say, how often it occurs in the text to scan), or None when every choice costs `limit` or more.
+    Exact, not a guess among a few: the cost of "any" is the sum of its parts', of "all" the least part's."""
+    kind = node[0]
+    if kind == "lit":
+        if len(node[1]) < MIN_LEN:
+            return None
+        c = cost(node[1])
+        return (c, frozenset((node[1],))) if c < limit else None
+    if kind == "all":
+        best = None
+        for part in node[1]:
+            found = cheapest(part, cost, limit if best is None else best[0])
+            if found is not None:
+                best = found
+        return best
+    total, strings = 0, set()
+    for part in node[1]:
+        found = cheapest(part, cost, limit - total)
+        if found is None:
+            return None
+        total += found[0]
+        strings |= found[1]
+    return total, frozenset(strings)
+
+
+def branches(regex: str) -> tuple[str, list[str]]:
+    """(the regex's leading global flags such as "(?i)", its top-level alternatives without them);
+    one alternative where it has none or cannot be split (a backreference ties them together)."""
+    flags = ""
+    if re.search(r"\\[1-9]|\(\?P=|\(\?\(", regex):  # a group referred to by number or name: keep them together
+        return "", [regex]
+    if regex.startswith("(?") and not regex.startswith(("(?:", "(?P", "(?=", "(?!", "(?<", "(?#", "(?(")):
+        close = regex.find(")")
+        if close < 0 or ":" in regex[:close]:
+            return "", [regex]
+        flags, regex = regex[: close + 1], regex[close + 1 :]
+    parts, depth, start, k, in_class = [], 0, 0, 0, False
+    while k < len(regex):
+        c = regex[k]
+        if c == "\\":
+            k += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            k += 1
+            k += regex[k : k + 1] == "^"
+            k += regex[k : k + 1] == "]"  # a ] first in a class is a literal
+            continue
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            parts.append(regex[start:k])
+            start = k + 1
+        k += 1
+    parts.append(regex[start:])
+    return (flags, [regex]) if depth != 0 or in_class else (flags, parts)

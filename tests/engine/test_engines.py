@@ -45,29 +45,60 @@ def test_every_engine_gives_the_same_findings_on_real_logs(catalog, case):
         assert summary == reference, f"{engine} differs from {engines[0]}"
 
 
-def test_python_engine_gates_and_covers_are_sound(catalog):
-    import re
-
-    from gpudoctor.engine.covers import covers
+def _hits(catalog, case: str, engine: str, singles: bool = True) -> list:
+    """What the scan of each file of a real log found: every pattern's count and kept lines (with
+    singles=False, not the context patterns': hyperscan's single-match mode reports the first line
+    its prefilter matches, re2 and python the first line that the pattern really matches)."""
     from gpudoctor.engine.diagnose import pattern_set
-    from gpudoctor.engine.engine_python import PythonMatcher
+    from gpudoctor.engine.scan import Scanner
+    from gpudoctor.engine.sources import open_source
 
-    patterns = pattern_set(catalog)
-    matcher = PythonMatcher(patterns)
-    for table in matcher._make_gates():
-        for literal, gate in table.items():
-            assert gate in literal  # a gate absent from a block rules out only literals that contain it
-    # every cover of every pattern: each real match of the pattern contains one of the cover's strings
-    samples = [h for case in CASES[:40] for h in (LOGS / case).rglob("*") if h.is_file()] + \
-              [LOGS / c for c in CASES[:40] if (LOGS / c).is_file()]
-    text = "\n".join(p.read_text(errors="replace") for p in samples[:60])
-    for p in patterns.patterns:
-        options = covers(p.regex, p.caseless)
-        regex = re.compile(p.regex, re.IGNORECASE if p.caseless else 0)
-        for line in text.splitlines():
-            m = regex.search(line)
-            if m is None:
-                continue
-            hay = line.lower() if p.caseless else line
-            for cover in options:
-                assert any(s in hay for s in cover), (p.name, sorted(cover), line[:200])
+    scanner = Scanner(pattern_set(catalog), engine=engine)
+    found = []
+    for source in resolve([str(LOGS / case)]):
+        if source.flight:
+            continue
+        result = scanner.scan(open_source(source, None), source.name)
+        found.append(sorted((i, h.count, [(x.line_no, x.text) for x in h.all()]) for i, h in result.hits.items()
+                            if singles or not scanner.patterns.patterns[i].single))
+    return found
+
+
+def _reference_engine() -> tuple[str, bool]:
+    """(the compiled engine to compare the Python one with, whether the context patterns are compared)"""
+    return ("re2", True) if "re2" in available() else (available()[0], False)
+
+
+@pytest.fixture(scope="module")
+def reference(catalog):
+    """Each real log's scan by a compiled engine (the test above fails where there is none), once."""
+    engine, singles = _reference_engine()
+    return {case: _hits(catalog, case, engine, singles) for case in CASES}
+
+
+# The pure-Python engine's paths for big blocks (line shapes, anchors, a literal on nearly every line),
+# forced on the real logs, which are small: each must find what the compiled engine finds, line for line.
+PATHS = {
+    "shapes": {"SHAPES_FROM": 0},  # as for every log of 4 KB or more
+    "no shapes": {"SHAPES_FROM": 1 << 40},
+    "anchors": {"ANCHOR_FROM": 0, "shapes": False},
+    "common literals": {"SHAPES_FROM": 0, "COMMON_LITERAL": 1},
+    "common, anchors": {"ANCHOR_FROM": 0, "COMMON_LITERAL": 1, "shapes": False},
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_python_engine_big_block_paths_give_the_same_findings(catalog, reference, monkeypatch, path):
+    from gpudoctor.engine import engine_python
+    from gpudoctor.engine.shapes import Shapes
+
+    if available()[0] == "python":
+        pytest.fail("no compiled engine installed: nothing to compare with")
+    for name, value in PATHS[path].items():
+        if name == "shapes":
+            monkeypatch.setattr(Shapes, "of", classmethod(lambda cls, block, end: None))
+        else:
+            monkeypatch.setattr(engine_python, name, value)
+    engine, singles = _reference_engine()
+    differ = [case for case in CASES if _hits(catalog, case, "python", singles) != reference[case]]
+    assert not differ, f"python ({path}) differs from {engine} on {differ[:5]}"
