@@ -89,6 +89,29 @@ class SourceScan:
         return f"SourceScan(name={self.name!r}, bytes={self.bytes!r}, lines={self.lines!r}, hits={len(self.hits)})"
 
 
+_MEMCHR_FROM = 1 << 17  # a stretch shorter than this is counted the plain way
+_MEMCHR_PIECE = 1 << 16  # under malloc's mmap threshold: the copies stay in the heap and in cache
+_SHORT_LINES = 48  # bytes: below this average, bytes.count wins
+
+
+def count_newlines(data: bytes | bytearray, start: int, end: int) -> int:
+    """How many newlines data[start:end] holds. bytes.count tests every byte in turn; bytes.replace finds each
+    newline with memchr, which skips a whole line at once: measured 1.3x faster on 100-byte lines, 1.8x on 80-byte
+    step lines and more on longer ones, but slower below ~40 bytes, so the first 4 KB decide. Counting is about a
+    third of the CPU time of scanning a directory of 1 MB per-rank logs (hyperscan itself is about half)."""
+    if end - start < _MEMCHR_FROM:
+        return data.count(b"\n", start, end)
+    head_end = min(end, start + 4096)
+    total = data.count(b"\n", start, head_end)
+    if total * _SHORT_LINES > 4096:
+        return total + data.count(b"\n", head_end, end)
+    with memoryview(data) as view:
+        for lo in range(head_end, end, _MEMCHR_PIECE):
+            piece = view[lo : min(end, lo + _MEMCHR_PIECE)].tobytes()  # pieces keep the copies small
+            total += len(piece) - len(piece.replace(b"\n", b""))
+    return total
+
+
 def _decode(raw: bytes | bytearray) -> str:
     return raw.decode("utf-8", "replace")
 
@@ -195,9 +218,9 @@ class Scanner:
         candidates = self.matcher.candidates(data, end)
         if candidates:
             line_no, counted_to = self._verify(data, end, first_line, candidates, result)
-            newlines = line_no - first_line + data.count(b"\n", counted_to, end)
+            newlines = line_no - first_line + count_newlines(data, counted_to, end)
         else:
-            newlines = data.count(b"\n", 0, end)
+            newlines = count_newlines(data, 0, end)
         self._tail(data, end, first_line, newlines, result)
         return newlines
 
@@ -210,7 +233,7 @@ class Scanner:
         line_no, counted_to = first_line, 0
         windows_open: list[tuple[str, int, list[str], int]] = []
         for start in sorted(candidates):
-            line_no += block.count(b"\n", counted_to, start)
+            line_no += count_newlines(block, counted_to, start)
             counted_to = start
             end = block.find(b"\n", start, limit)
             end = limit if end < 0 else end
