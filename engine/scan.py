@@ -16,6 +16,7 @@ KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few an
 WINDOW_LINES = 60  # lines kept after a traceback header
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
+KEEP_BUFFER = 4 << 20  # a scanner keeps a buffer this big or smaller for its next source
 
 _WINDOW_OPENERS = {"traceback"}  # the rank reading parses the lines after a traceback header
 
@@ -138,6 +139,7 @@ class Scanner:
         self.matcher = None if self._small else self._matcher(engine)
         self.engine = self.matcher.name if self.matcher is not None else "python"
         self._width: int | None = None
+        self._spare: bytearray | None = None  # the last source's buffer, for the next one
 
     def _matcher(self, engine: str | None):
         from gpudoctor.engine.engines import make_matcher
@@ -156,7 +158,11 @@ class Scanner:
         # a small file gets a small buffer: zeroing 17 MB costs more than scanning 10 KB
         chunk = CHUNK if size_hint is None else max(1 << 16, min(CHUNK, size_hint + 1))
         # a file that fits in one read never carries a partial line into a second one
-        buffer = bytearray(chunk + (1 if size_hint is not None and size_hint < chunk else MAX_LINE))
+        size = chunk + (1 if size_hint is not None and size_hint < chunk else MAX_LINE)
+        # a fresh buffer costs the kernel a page fault per 4 KB to zero it, about as much as reading a 1 MB file into
+        # it: consecutive sources (a directory of per-rank logs) share one. Nothing reads past the bytes filled.
+        buffer = self._spare if self._spare is not None and len(self._spare) >= size else bytearray(size)
+        self._spare = None  # not shared while in use (a scan that raises leaves nothing half-read behind)
         view = memoryview(buffer)
         readinto = getattr(stream, "readinto", None)
         held = 0  # bytes of an unfinished last line kept at the front of the buffer
@@ -199,6 +205,8 @@ class Scanner:
         result.lines = line_no if (held or partial) else line_no - 1
         result.problem = getattr(stream, "problem", None)
         view.release()
+        if len(buffer) <= KEEP_BUFFER:
+            self._spare = buffer
         return result
 
     # -- one block of whole lines ------------------------------------------------------------

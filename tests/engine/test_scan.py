@@ -278,3 +278,18 @@ def test_counting_newlines_at_real_sizes(line):
     block = bytearray((b"y" * (line - 1) + b"\n") * ((3 << 20) // line) + b"z" * 500)  # three pieces and more
     for start, end in ((0, len(block)), (7, len(block) - 300), (1 << 20, (2 << 20) + 5)):
         assert scan_mod.count_newlines(block, start, end) == block.count(b"\n", start, end)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_scanner_reads_its_next_source_as_a_fresh_one_would(patterns, engine):
+    # a scanner keeps its buffer for the next source: what the last source left past the new one's end never counts
+    noisy = ("\n".join([WATCHDOG, PORT] * 3000) + "\n").encode()
+    for second in (b"", b"ok\n", (NOISE + "\n").encode() * 50 + b"last words", b"x" * 5000 + b"\n" + PORT.encode()):
+        reused = Scanner(patterns, engine=engine)
+        reused.scan(io.BytesIO(noisy), "first", None, len(noisy))
+        again = reused.scan(io.BytesIO(second), "second", None, len(second))
+        fresh = Scanner(patterns, engine=engine).scan(io.BytesIO(second), "second", None, len(second))
+        assert (again.lines, again.bytes, again.tail, again.windows) == (fresh.lines, fresh.bytes, fresh.tail,
+                                                                          fresh.windows)
+        assert hits_of(again) == hits_of(fresh)
+        assert all(h.text == g.text for i in fresh.hits for h, g in zip(fresh.hits[i].all(), again.hits[i].all()))
