@@ -138,7 +138,7 @@ def parse_prefix(line: str) -> LinePrefix:
     return _make(acc)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=2048)  # hit texts are cut to ~4 KB: 16 MB at the very worst, well under 1 MB for real lines
 def parse_hit_prefix(text: str) -> LinePrefix:
     """parse_prefix for a matched line (a Hit's text, at most a few KB), remembered: the rank reading asks one line
     for its rank, time and body in turn, and the possible tier reads the same lines again; a directory of per-rank

@@ -51,6 +51,7 @@ _RANK_PREFIX_HINT = re.compile(r"\[(?:rank|default|trainer|worker)?\d+\]:|\[\d+,
 
 
 def _prefix(text: str):
+    """A matched line's prefixes, parsed once per line however often the rank reading asks."""
     from gpudoctor.engine.prefix import parse_hit_prefix
 
     return parse_hit_prefix(text)
