@@ -9,6 +9,7 @@ from gpudoctor.engine.sources import Source
 
 SPLIT_FROM_BYTES = 64 << 20  # a plain file this big is cut in pieces, one per worker
 PARALLEL_FROM_BYTES = 32 << 20  # below this a pool costs more than it saves
+MAX_BATCH, MIN_BATCH = 64, 8  # files per batch
 
 
 def workers() -> int:
@@ -147,11 +148,14 @@ def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[i
             jobs += [([i], ("range", (s.name, str(s.path), a, b))) for a, b in zip(pts, pts[1:])]
         else:
             small.append(i)
-    # many small files go out in batches: one round trip each rather than one per file
-    per_batch = max(1, min(64, len(small) // (4 * n) or 1))
-    for k in range(0, len(small), per_batch):
+    # many small files go out in batches: one round trip each rather than one per file (a round trip costs the
+    # caller about a millisecond); the batches shrink towards the end so that the workers finish together
+    k = 0
+    while k < len(small):
+        per_batch = max(MIN_BATCH, min(MAX_BATCH, (len(small) - k) // (2 * n)))
         batch = small[k : k + per_batch]
         jobs.append((batch, ("files", [sources[i] for i in batch])))
+        k += len(batch)
     global _SCANNER, _COUNTER
     _SCANNER, _COUNTER = scanner, ctx.Value("q", 0)
     try:

@@ -50,7 +50,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
     texts: the whole text of inputs small enough to keep; their every line is read, others only through
     the scanner's structural hits, its traceback windows and the last lines."""
     from gpudoctor.engine.patterns import STRUCT
-    from gpudoctor.engine.prefix import parse_prefix
+    from gpudoctor.engine.prefix import parse_hit_prefix
     from gpudoctor.engine.rules import unwrapped
 
     texts = {name: unwrapped(text) for name, text in (texts or {}).items()}  # a wrapped paste, rows rejoined
@@ -102,7 +102,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
     if not found:  # where the log names no failure, the frames a cut traceback stopped in are all there is
         both.update({k: (t, "cut-traceback") for k, t in cut.items()})
     for (file, line), (text, kind) in sorted(both.items()):
-        body = " ".join(parse_prefix(text).body.split())
+        body = " ".join(parse_hit_prefix(text).body.split())
         key = re.sub(r"\d+", "0", body)[:200]
         if not body or key in seen or _FRAME_LINE.match(body):
             continue

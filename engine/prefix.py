@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gpudoctor.engine.display import line_ending_len, visible_text
 from gpudoctor.engine.prefix_rules import OUTER_KINDS, SCORE, STRONG, TS_KINDS, WEAK, Acc, Rule
 
-__all__ = ["LinePrefix", "parse_prefix", "MAX_PREFIXES"]
+__all__ = ["LinePrefix", "parse_prefix", "parse_hit_prefix", "MAX_PREFIXES"]
 
 
 @dataclass(frozen=True)  # no slots: parse_prefix installs __dict__ in one step (see _make)
@@ -135,3 +136,11 @@ def parse_prefix(line: str) -> LinePrefix:
     acc.pop(SCORE, None)
     acc["body"], acc["offset"], acc["kinds"] = body, offset, tuple(kinds)
     return _make(acc)
+
+
+@lru_cache(maxsize=2048)  # hit texts are cut to ~4 KB: 16 MB at the very worst, well under 1 MB for real lines
+def parse_hit_prefix(text: str) -> LinePrefix:
+    """parse_prefix for a matched line (a Hit's text, at most a few KB), remembered: the rank reading asks one line
+    for its rank, time and body in turn, and the possible tier reads the same lines again; a directory of per-rank
+    logs brings thousands of them. The result is frozen, so sharing it is safe."""
+    return parse_prefix(text)

@@ -50,13 +50,18 @@ class RankReport:
 _RANK_PREFIX_HINT = re.compile(r"\[(?:rank|default|trainer|worker)?\d+\]:|\[\d+,\d+\]<|rank=\d|\[Rank \d")
 
 
+def _prefix(text: str):
+    """A matched line's prefixes, parsed once per line however often the rank reading asks."""
+    from gpudoctor.engine.prefix import parse_hit_prefix
+
+    return parse_hit_prefix(text)
+
+
 def prefix_rank(text: str) -> int | None:
     """The rank a line's prefix names, without parsing lines that cannot carry one."""
-    from gpudoctor.engine.prefix import parse_prefix
-
     if not _RANK_PREFIX_HINT.search(text, 0, 200):
         return None
-    return parse_prefix(text).rank
+    return _prefix(text).rank
 
 
 def classify(text: str) -> str:
@@ -124,8 +129,6 @@ def _hint(source, per_rank_files: bool) -> int | None:
 
 
 def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_files: bool) -> None:
-    from gpudoctor.engine.prefix import parse_prefix
-
     hint = _hint(source, per_rank_files)
     init_hits = scan.hits.get(index["init-complete"])
     if init_hits:
@@ -197,7 +200,7 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             if name == "watchdog":
                 from gpudoctor.engine.watchdog import parse_watchdog
 
-                wd = parse_watchdog(parse_prefix(hit.text).body)
+                wd = parse_watchdog(_prefix(hit.text).body)
                 if wd is not None:
                     if wd.last_enqueued is not None:
                         r.last_enqueued = max(r.last_enqueued or 0, wd.last_enqueued)
@@ -228,14 +231,14 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
         line_no, text = scan.tail[-1]  # a per-rank file: its last line is that rank's last word
         r = state.reports[hint]
         r.last_line = Evidence(scan.name, line_no, text, "last-line")
-        r.last_time = parse_prefix(text).timestamp or r.last_time
+        r.last_time = _prefix(text).timestamp or r.last_time
     elif hint is None:
         for line_no, text in scan.tail:
             rank = prefix_rank(text)
             if rank is not None and rank in state.reports:
                 r = state.reports[rank]
                 r.last_line = Evidence(scan.name, line_no, text, "last-line")
-                r.last_time = parse_prefix(text).timestamp or r.last_time
+                r.last_time = _prefix(text).timestamp or r.last_time
 
 
 def _find_line(lines: list[str], start: int, end: int, needle: str) -> int | None:
@@ -247,14 +250,12 @@ def _find_line(lines: list[str], start: int, end: int, needle: str) -> int | Non
 
 
 def _record_error(state: _State, r: RankReport, file: str, hit: Hit, text: str) -> None:
-    from gpudoctor.engine.prefix import parse_prefix
-
     kind = classify(text)
     if kind == "timeout":
         state.signal("collective-timeout", file, hit)
     elif kind == "lost-peer":
         state.signal("lost-peer", file, hit)
-    prefix = parse_prefix(hit.text)
+    prefix = _prefix(hit.text)
     when = prefix.epoch_s if prefix.epoch_s is not None else prefix.day_s
     # a rank's own crash outranks the timeouts and lost peers it then reports
     better = r.first_error is None or (kind == "crash" and r.error_kind != "crash")
@@ -433,9 +434,7 @@ def _judge(reports: dict[int, RankReport], world: int | None, orphans: list[Evid
 
 
 def _one_line(text: str, limit: int = 160) -> str:
-    from gpudoctor.engine.prefix import parse_prefix
-
-    body = " ".join(parse_prefix(text).body.split())
+    body = " ".join(_prefix(text).body.split())
     return body if len(body) <= limit else body[: limit - 1] + "…"
 
 

@@ -19,13 +19,16 @@ def detect_width(sample: bytes) -> int | None:
         rows = rows[:-1]  # the sample may stop inside a row
     if not rows:
         return None
-    longest = max(map(len, rows))
+    # every step runs once per scanned file (a directory of per-rank logs has thousands): C-level loops only
+    lengths = list(map(len, rows))
+    longest = max(lengths)
     if longest > 4 * WIDTHS[-1]:
         return None  # cheap and common: a line longer than any terminal, even in multi-byte characters
     if sample.isascii() and b"\t" not in sample:
         if longest not in WIDTHS and longest - 1 not in WIDTHS:  # (a \r may end the longest row)
             return None
-        lengths = [len(r.rstrip(b"\r")) for r in rows]
+        if b"\r" in sample:
+            lengths = [len(r.rstrip(b"\r")) for r in rows]
     else:
         lengths = [len(r.decode("utf-8", "replace").rstrip("\r").expandtabs(8)) for r in rows]
     longest = max(lengths)
@@ -33,7 +36,7 @@ def detect_width(sample: bytes) -> int | None:
         return None
     full = lengths.count(longest)
     # rows exactly at the width, several of them and a fair share of the long ones
-    near = sum(1 for n in lengths if n > longest * 3 // 4)
+    near = sum(map((longest * 3 // 4).__lt__, lengths))
     return longest if full >= _MIN_FULL_ROWS and full * 3 >= near else None
 
 

@@ -16,6 +16,7 @@ KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few an
 WINDOW_LINES = 60  # lines kept after a traceback header
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
+KEEP_BUFFER = 4 << 20  # a scanner keeps a buffer this big or smaller for its next source
 
 _WINDOW_OPENERS = {"traceback"}  # the rank reading parses the lines after a traceback header
 
@@ -89,6 +90,29 @@ class SourceScan:
         return f"SourceScan(name={self.name!r}, bytes={self.bytes!r}, lines={self.lines!r}, hits={len(self.hits)})"
 
 
+_MEMCHR_FROM = 1 << 17  # a stretch shorter than this is counted the plain way
+_MEMCHR_PIECE = 1 << 16  # under malloc's mmap threshold: the copies stay in the heap and in cache
+_SHORT_LINES = 48  # bytes: below this average, bytes.count wins
+
+
+def count_newlines(data: bytes | bytearray, start: int, end: int) -> int:
+    """How many newlines data[start:end] holds. bytes.count tests every byte in turn; bytes.replace finds each
+    newline with memchr, which skips a whole line at once: measured 1.3x faster on 100-byte lines, 1.8x on 80-byte
+    step lines and more on longer ones, but slower below ~40 bytes, so the first 4 KB decide. Counting is about a
+    third of the CPU time of scanning a directory of 1 MB per-rank logs (hyperscan itself is about half)."""
+    if end - start < _MEMCHR_FROM:
+        return data.count(b"\n", start, end)
+    head_end = min(end, start + 4096)
+    total = data.count(b"\n", start, head_end)
+    if total * _SHORT_LINES > 4096:
+        return total + data.count(b"\n", head_end, end)
+    with memoryview(data) as view:
+        for lo in range(head_end, end, _MEMCHR_PIECE):
+            piece = view[lo : min(end, lo + _MEMCHR_PIECE)].tobytes()  # pieces keep the copies small
+            total += len(piece) - len(piece.replace(b"\n", b""))
+    return total
+
+
 def _decode(raw: bytes | bytearray) -> str:
     return raw.decode("utf-8", "replace")
 
@@ -115,6 +139,7 @@ class Scanner:
         self.matcher = None if self._small else self._matcher(engine)
         self.engine = self.matcher.name if self.matcher is not None else "python"
         self._width: int | None = None
+        self._spare: bytearray | None = None  # the last source's buffer, for the next one
 
     def _matcher(self, engine: str | None):
         from gpudoctor.engine.engines import make_matcher
@@ -133,7 +158,11 @@ class Scanner:
         # a small file gets a small buffer: zeroing 17 MB costs more than scanning 10 KB
         chunk = CHUNK if size_hint is None else max(1 << 16, min(CHUNK, size_hint + 1))
         # a file that fits in one read never carries a partial line into a second one
-        buffer = bytearray(chunk + (1 if size_hint is not None and size_hint < chunk else MAX_LINE))
+        size = chunk + (1 if size_hint is not None and size_hint < chunk else MAX_LINE)
+        # a fresh buffer costs the kernel a page fault per 4 KB to zero it, about as much as reading a 1 MB file into
+        # it: consecutive sources (a directory of per-rank logs) share one. Nothing reads past the bytes filled.
+        buffer = self._spare if self._spare is not None and len(self._spare) >= size else bytearray(size)
+        self._spare = None  # not shared while in use (a scan that raises leaves nothing half-read behind)
         view = memoryview(buffer)
         readinto = getattr(stream, "readinto", None)
         held = 0  # bytes of an unfinished last line kept at the front of the buffer
@@ -176,6 +205,8 @@ class Scanner:
         result.lines = line_no if (held or partial) else line_no - 1
         result.problem = getattr(stream, "problem", None)
         view.release()
+        if len(buffer) <= KEEP_BUFFER:
+            self._spare = buffer
         return result
 
     # -- one block of whole lines ------------------------------------------------------------
@@ -195,9 +226,9 @@ class Scanner:
         candidates = self.matcher.candidates(data, end)
         if candidates:
             line_no, counted_to = self._verify(data, end, first_line, candidates, result)
-            newlines = line_no - first_line + data.count(b"\n", counted_to, end)
+            newlines = line_no - first_line + count_newlines(data, counted_to, end)
         else:
-            newlines = data.count(b"\n", 0, end)
+            newlines = count_newlines(data, 0, end)
         self._tail(data, end, first_line, newlines, result)
         return newlines
 
@@ -210,7 +241,7 @@ class Scanner:
         line_no, counted_to = first_line, 0
         windows_open: list[tuple[str, int, list[str], int]] = []
         for start in sorted(candidates):
-            line_no += block.count(b"\n", counted_to, start)
+            line_no += count_newlines(block, counted_to, start)
             counted_to = start
             end = block.find(b"\n", start, limit)
             end = limit if end < 0 else end

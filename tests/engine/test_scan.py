@@ -258,3 +258,38 @@ def test_a_rare_word_the_pattern_needs_stands_in_for_a_literal_on_every_line(pat
     assert all(hits_of(r) == first for r in results.values())
     nan = [i for i, p in enumerate(patterns.patterns) if p.name == "rank-nan"]
     assert nan and all(3101 in first[i][1] for i in nan)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.integers(0, 300), max_size=400), cut=st.tuples(st.integers(0, 50), st.integers(0, 50)),
+       as_bytes=st.booleans())
+def test_counting_newlines_by_memchr_agrees_with_bytes_count(monkeypatch, lengths, cut, as_bytes):
+    # small thresholds, so that short inputs take every branch: plain count, short lines, pieces, a ragged end
+    monkeypatch.setattr(scan_mod, "_MEMCHR_FROM", 64)
+    monkeypatch.setattr(scan_mod, "_MEMCHR_PIECE", 1000)
+    data = b"".join(b"x" * n + b"\n" for n in lengths) + b"tail"
+    data = data if as_bytes else bytearray(data)
+    start, end = cut[0], max(cut[0], len(data) - cut[1])
+    assert scan_mod.count_newlines(data, start, end) == data.count(b"\n", start, end)
+
+
+@pytest.mark.parametrize("line", [10, 104, 4000])
+def test_counting_newlines_at_real_sizes(line):
+    block = bytearray((b"y" * (line - 1) + b"\n") * ((3 << 20) // line) + b"z" * 500)  # three pieces and more
+    for start, end in ((0, len(block)), (7, len(block) - 300), (1 << 20, (2 << 20) + 5)):
+        assert scan_mod.count_newlines(block, start, end) == block.count(b"\n", start, end)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_scanner_reads_its_next_source_as_a_fresh_one_would(patterns, engine):
+    # a scanner keeps its buffer for the next source: what the last source left past the new one's end never counts
+    noisy = ("\n".join([WATCHDOG, PORT] * 3000) + "\n").encode()
+    for second in (b"", b"ok\n", (NOISE + "\n").encode() * 50 + b"last words", b"x" * 5000 + b"\n" + PORT.encode()):
+        reused = Scanner(patterns, engine=engine)
+        reused.scan(io.BytesIO(noisy), "first", None, len(noisy))
+        again = reused.scan(io.BytesIO(second), "second", None, len(second))
+        fresh = Scanner(patterns, engine=engine).scan(io.BytesIO(second), "second", None, len(second))
+        assert (again.lines, again.bytes, again.tail, again.windows) == (fresh.lines, fresh.bytes, fresh.tail,
+                                                                          fresh.windows)
+        assert hits_of(again) == hits_of(fresh)
+        assert all(h.text == g.text for i in fresh.hits for h, g in zip(fresh.hits[i].all(), again.hits[i].all()))

@@ -54,3 +54,36 @@ def test_accuracy_set_rewrapped_at_80_and_120_columns_loses_at_most_two_points(c
     assert set(figures) == {"80 columns", "120 columns"}
     for name, top1 in figures.items():
         assert base - top1 <= 0.02, (name, top1, base)
+
+
+def _width_as_defined(sample: bytes):
+    """detect_width written plainly (one row at a time), for the fast version to agree with."""
+    from gpudoctor.engine.rewrap import WIDTHS
+
+    rows = sample.split(b"\n", 4000)[:4000]
+    if len(rows) > 1 and not sample.endswith(b"\n"):
+        rows = rows[:-1]
+    if not rows or max(len(r) for r in rows) > 4 * WIDTHS[-1]:
+        return None
+    lengths = [len(r.decode("utf-8", "replace").rstrip("\r").expandtabs(8)) for r in rows]
+    longest = max(lengths)
+    if longest not in WIDTHS:
+        return None
+    full = sum(1 for n in lengths if n == longest)
+    near = sum(1 for n in lengths if n > longest * 3 // 4)
+    return longest if full * 3 >= near else None
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_ROW = st.one_of(st.sampled_from([79, 80, 81, 99, 100, 119, 120, 200, 255, 256, 257, 1100]), st.integers(0, 300))
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(_ROW, st.sampled_from(["a", "\r", "\t", "é"])), min_size=1, max_size=60),
+       newline_at_end=st.booleans())
+def test_the_quick_width_check_agrees_with_its_plain_definition(rows, newline_at_end):
+    text = "\n".join("a" * max(0, n - 1) + (c if n else "") for n, c in rows) + ("\n" if newline_at_end else "")
+    sample = text.encode()
+    assert detect_width(sample) == _width_as_defined(sample)
