@@ -12,7 +12,7 @@ import pytest
 
 from gpudoctor.engine.diagnose import diagnose
 from gpudoctor.engine.errcodes import explain
-from gpudoctor.engine.gating import is_gated_function, is_rank0_branch
+from gpudoctor.engine.gating import is_gated_function, is_rank0_branch, is_rank_zero_wrapper
 from gpudoctor.engine.sources import Source, resolve
 from gpudoctor.kb.catalog import load_catalog
 
@@ -496,3 +496,15 @@ def test_oom_after_zero_setup_finished_is_not_a_d16_match(catalog):
     assert "D16" not in matches(run(catalog, after))
     without_setup = "\n".join(ZERO_SETUP_OOM_NO_FRAMES.splitlines()[-1:])
     assert "D16" not in matches(run(catalog, without_setup))
+
+
+@pytest.mark.parametrize("file,function,expected", [
+    ("/venv/lib/python3.10/site-packages/lightning/fabric/utilities/rank_zero.py", "wrapped_fn", True),
+    ("/venv/lib/python3.10/site-packages/lightning_utilities/core/rank_zero.py", "wrapped_fn", True),
+    ("C:\\venv\\Lib\\site-packages\\pytorch_lightning\\utilities\\distributed.py", "wrapped_fn", True),
+    ("/venv/lib/python3.10/site-packages/lightning/fabric/utilities/rank_zero.py", "rank_zero_warn", False),
+    ("/venv/lib/python3.10/site-packages/torch/distributed/distributed.py", "wrapped_fn", False),
+    ("/work/my_rank_zero.py", "wrapper", False),
+])
+def test_rank_zero_wrapper_frames(file, function, expected):
+    assert is_rank_zero_wrapper(file, function) is expected
