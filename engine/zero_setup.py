@@ -17,10 +17,12 @@ _SETUP_BEGINS = re.compile(r"Creating (?:fp16|bf16|fp32|torch\.\w+) ZeRO stage (
                            r"Before initializing optimizer states|Before creating fp(?:16|32) partitions")
 # ... and the ones that say it got through: see_memory_usage("After initializing ZeRO optimizer"),
 # logger.info("optimizer state initialized") (stage_1_and_2.py), log_dist("DeepSpeed Final Optimizer = {}")
-# (engine.py _configure_optimizer), transformers' Trainer "***** Running training *****" (trainer.py, printed after
+# (engine.py _configure_optimizer), log_dist("DeepSpeed LR Scheduler = {}") and "DeepSpeedEngine configuration:"
+# (engine.py, printed once the optimizer is built), transformers' Trainer "***** Running training *****" (trainer.py, printed after
 # deepspeed_init), anything a training step prints, and a frame of the step itself (a traceback through the engine's
 # step, backward or forward was raised after set-up).
 _SETUP_ENDS = re.compile(r"After initializing ZeRO optimizer|optimizer state initialized|DeepSpeed Final Optimizer = |"
+                         r"DeepSpeed LR Scheduler = |DeepSpeedEngine configuration|"
                          r"\*\*\*\*\* Running training \*\*\*\*\*|"
                          r"[{ ,]'loss': |\bit/s\]|\bs/it\]|\bsteps?[=: ]+\d+\b.*\bloss\b|\[deepspeed\] OVERFLOW!|"
                          r", in (?:step|_take_model_step|backward|forward|train_batch|training_step\w*)\b")
