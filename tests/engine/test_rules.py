@@ -508,3 +508,14 @@ def test_oom_after_zero_setup_finished_is_not_a_d16_match(catalog):
 ])
 def test_rank_zero_wrapper_frames(file, function, expected):
     assert is_rank_zero_wrapper(file, function) is expected
+
+
+def test_oom_after_stage3_setup_began_names_d16(catalog):
+    text = ("[2024-05-01 09:12:03,114] [INFO] [utils.py:781:see_memory_usage] Stage 3 initialize beginning\n"
+            "[2024-05-01 09:12:03,115] [INFO] [utils.py:782:see_memory_usage] MA 12.1 GB         Max_MA 12.1 GB\n"
+            "[2024-05-01 09:12:09,001] [INFO] [utils.py:781:see_memory_usage] Before creating fp32 partitions\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.25 GiB. GPU 1 has a total capacity "
+            "of 79.14 GiB of which 3.10 GiB is free.\n")
+    d = run(catalog, text)
+    assert matches(d)[:1] == ["D16"]
+    assert any(e.signature == "because" and "Before creating fp32 partitions" in e.text for e in d.findings[0].evidence)
