@@ -16,6 +16,18 @@ _RANK0_BRANCH = re.compile(r"rank(?:\(\))?\s*==\s*0|0\s*==\s*\w*rank|is_main_pro
                            r"not\s+\w*rank\b|is_master|is_rank_?0|rank_zero_only|main_process_only|master_only")
 
 
+# the wrapper a rank-zero-only decorator puts around a function: its body runs on rank 0 alone, so a collective
+# reached through it is one the other ranks never call. Lightning's `rank_zero_only` names it wrapped_fn in
+# lightning_utilities/core/rank_zero.py, lightning/fabric/utilities/rank_zero.py (2.x),
+# pytorch_lightning/utilities/rank_zero.py (1.6-1.9) and pytorch_lightning/utilities/distributed.py (1.0-1.5)
+_RANK_ZERO_WRAPPER_FILE = re.compile(r"(?:^|[/\\])(?:rank_zero\.py|pytorch_lightning[/\\]utilities[/\\]distributed\.py)$")
+
+
+def is_rank_zero_wrapper(file: str | None, function: str | None) -> bool:
+    """Whether a frame is a rank-zero-only decorator's wrapper (Lightning's wrapped_fn)."""
+    return function == "wrapped_fn" and bool(file) and bool(_RANK_ZERO_WRAPPER_FILE.search(file.strip()))
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 

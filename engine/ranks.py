@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpudoctor.engine.findings import Evidence
-from gpudoctor.engine.gating import is_gated_function, is_rank0_branch
+from gpudoctor.engine.gating import is_gated_function, is_rank0_branch, is_rank_zero_wrapper
 from gpudoctor.engine.patterns import LOST_PEER, STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit
 
@@ -166,6 +166,7 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
             text = f"{tb.exc_type}: {tb.message}".strip()
             at = _find_line(lines, tb.start, tb.end, tb.exc_type.rsplit(".", 1)[-1] + ":")
             hit = Hit(line_no + at, lines[at]) if at is not None else Hit(line_no + tb.start, text)
+            _via_rank_zero_wrapper(state, scan.name, tb, lines, line_no)
             if rank is None:
                 if classify(text) == "crash" and len(state.orphan_crashes) < 8:
                     state.orphan_crashes.append(Evidence(scan.name, hit.line_no, hit.text, "crash"))
@@ -239,6 +240,19 @@ def _read_source(state: _State, source, scan, index: dict[str, int], per_rank_fi
                 r = state.reports[rank]
                 r.last_line = Evidence(scan.name, line_no, text, "last-line")
                 r.last_time = _prefix(text).timestamp or r.last_time
+
+
+def _via_rank_zero_wrapper(state: _State, file: str, tb, lines: list[str], line_no: int) -> None:
+    """A traceback that ends in a collective reached through a rank-zero-only wrapper: a collective that only rank 0
+    calls (D21), whichever rank printed it and whether or not the other ranks' logs are here."""
+    if _blocked_in(tb)[0] not in _COLLECTIVES:
+        return
+    wrapper = next((f for f in tb.frames if is_rank_zero_wrapper(f.file, f.function)), None)
+    if wrapper is None:
+        return
+    at = _find_line(lines, tb.start, tb.end, f"line {wrapper.line}, in wrapped_fn")
+    i = at if at is not None else tb.start
+    state.signal("collective-in-gated-path", file, Hit(line_no + i, lines[i]))
 
 
 def _find_line(lines: list[str], start: int, end: int, needle: str) -> int | None:

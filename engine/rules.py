@@ -253,6 +253,15 @@ _TRIGGER = re.compile(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVAL
 MAX_ERRORS = 32  # error lines examined per input
 
 
+def zero_setup_rule(text: str, file: str) -> list[Verdict]:
+    """A CUDA OOM after DeepSpeed's "Creating ... ZeRO stage N optimizer" / "Before initializing optimizer states" and
+    before its set-up finished: the stage does not fit the memory (D16), even when no frame was printed."""
+    from gpudoctor.engine.zero_setup import oom_during_zero_setup
+
+    found = oom_during_zero_setup(text, file) if _OOM.search(text) else None
+    return [Verdict("D16", "rule:oom-during-zero-setup", found)] if found else []
+
+
 def unwrapped(text: str) -> str:
     """A whole text as the scanner reads it: a paste hard-wrapped at a fixed width has its rows rejoined (each
     joined row keeps its first line number; the rows it took in become empty lines)."""
@@ -279,6 +288,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(interface_rule(whole, scan.name))
             verdicts.extend(coll_desync_rule(whole, scan.name))
             verdicts.extend(two_gpus_one_process_rule(whole, scan.name))
+            verdicts.extend(zero_setup_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

@@ -12,7 +12,7 @@ import pytest
 
 from gpudoctor.engine.diagnose import diagnose
 from gpudoctor.engine.errcodes import explain
-from gpudoctor.engine.gating import is_gated_function, is_rank0_branch
+from gpudoctor.engine.gating import is_gated_function, is_rank0_branch, is_rank_zero_wrapper
 from gpudoctor.engine.sources import Source, resolve
 from gpudoctor.kb.catalog import load_catalog
 
@@ -474,3 +474,54 @@ def test_labels_on_another_gpu_of_one_process_rule_p4_out(catalog, error):
     assert "P4" in matches(run(catalog, "\n".join(frames + [cpu]) + "\n"))
     # a bare error with nothing that says where the model was split: the log cannot tell, P4 stays
     assert "P4" in matches(run(catalog, error + "\n"))
+
+
+# DeepSpeed's own INFO lines (engine.py, stage_1_and_2.py see_memory_usage) around an OOM that printed no frames
+ZERO_SETUP_OOM_NO_FRAMES = """[2024-05-01 09:12:03,114] [INFO] [logging.py:96:log_dist] [Rank 0] Creating torch.bfloat16 ZeRO stage 2 optimizer
+[2024-05-01 09:12:03,115] [INFO] [stage_1_and_2.py:148:__init__] Reduce bucket size 500000000
+[2024-05-01 09:12:03,115] [INFO] [stage_1_and_2.py:149:__init__] Allgather bucket size 500000000
+[2024-05-01 09:12:41,902] [INFO] [utils.py:781:see_memory_usage] Before initializing optimizer states
+[2024-05-01 09:12:41,903] [INFO] [utils.py:782:see_memory_usage] MA 50.1 GB         Max_MA 62.3 GB         CA 62.5 GB         Max_CA 63 GB
+torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.94 GiB (GPU 1; 79.35 GiB total capacity; 77.65 GiB already allocated)
+"""
+
+
+def test_oom_between_zero_setup_lines_names_d16_without_frames(catalog):
+    d = run(catalog, ZERO_SETUP_OOM_NO_FRAMES)
+    assert matches(d)[:1] == ["D16"]
+    top = d.findings[0]
+    assert "rule:oom-during-zero-setup" in top.signatures
+    assert top.evidence[0].line == 6
+    assert any(e.signature == "because" and "Before initializing optimizer states" in e.text for e in top.evidence)
+
+
+def test_oom_after_zero_setup_finished_is_not_a_d16_match(catalog):
+    after = ZERO_SETUP_OOM_NO_FRAMES.replace(
+        "torch.cuda", "[2024-05-01 09:13:02,001] [INFO] [utils.py:781:see_memory_usage] After initializing ZeRO "
+                      "optimizer\n{'loss': 2.113, 'learning_rate': 1e-05, 'epoch': 0.01}\ntorch.cuda")
+    assert "D16" not in matches(run(catalog, after))
+    without_setup = "\n".join(ZERO_SETUP_OOM_NO_FRAMES.splitlines()[-1:])
+    assert "D16" not in matches(run(catalog, without_setup))
+
+
+@pytest.mark.parametrize("file,function,expected", [
+    ("/venv/lib/python3.10/site-packages/lightning/fabric/utilities/rank_zero.py", "wrapped_fn", True),
+    ("/venv/lib/python3.10/site-packages/lightning_utilities/core/rank_zero.py", "wrapped_fn", True),
+    ("C:\\venv\\Lib\\site-packages\\pytorch_lightning\\utilities\\distributed.py", "wrapped_fn", True),
+    ("/venv/lib/python3.10/site-packages/lightning/fabric/utilities/rank_zero.py", "rank_zero_warn", False),
+    ("/venv/lib/python3.10/site-packages/torch/distributed/distributed.py", "wrapped_fn", False),
+    ("/work/my_rank_zero.py", "wrapper", False),
+])
+def test_rank_zero_wrapper_frames(file, function, expected):
+    assert is_rank_zero_wrapper(file, function) is expected
+
+
+def test_oom_after_stage3_setup_began_names_d16(catalog):
+    text = ("[2024-05-01 09:12:03,114] [INFO] [utils.py:781:see_memory_usage] Stage 3 initialize beginning\n"
+            "[2024-05-01 09:12:03,115] [INFO] [utils.py:782:see_memory_usage] MA 12.1 GB         Max_MA 12.1 GB\n"
+            "[2024-05-01 09:12:09,001] [INFO] [utils.py:781:see_memory_usage] Before creating fp32 partitions\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.25 GiB. GPU 1 has a total capacity "
+            "of 79.14 GiB of which 3.10 GiB is free.\n")
+    d = run(catalog, text)
+    assert matches(d)[:1] == ["D16"]
+    assert any(e.signature == "because" and "Before creating fp32 partitions" in e.text for e in d.findings[0].evidence)
