@@ -1,4 +1,4 @@
-"""Typo-tolerant free-text search over catalogue entries: field-weighted BM25, fuzzy terms, phrase bonus."""
+"""Typo-tolerant free-text search over catalogue entries: field-weighted BM25, fuzzy terms, phrase and line bonus."""
 from __future__ import annotations
 
 import math
@@ -22,7 +22,10 @@ FIELD_WEIGHTS = {
     "fix": 0.3,
 }
 _K1, _B = 1.2, 0.6
+_PAIR = 0.6  # bonus per query bigram the entry also has, times its idf
+_LINE = 2.0  # bonus for the share of the query (by idf) that one line of the entry holds
 _SCALE = 8.0  # raw score -> 0..1: a title-and-error match scores about 0.95, one shared word under 0.2
+_SCALE_LINES = 13.0  # the same with the line bonus, which adds about 60% to a typical top score
 _FUZZY_MIN = 84.0  # rapidfuzz ratio for a misspelt term to count (adress ~ address = 92)
 
 _STOP = frozenset(
@@ -61,11 +64,13 @@ _EXPANSIONS = {
 }
 _TOKEN = re.compile(r"[a-z0-9]+(?:[._:/-][a-z0-9]+)*")
 _WORD = re.compile(r"[a-z0-9]+")
+_FILE_NAME = re.compile(r"\.(?:py|sh|ya?ml|json|txt|log|cfg|toml|ipynb)$")
 
 
 def _stem(word: str) -> str:
     if word in _SYNONYMS:
         return _SYNONYMS[word]
+    stripped = True
     if len(word) > 5 and word.endswith("ing"):
         word = word[:-3]
     elif len(word) > 4 and word.endswith("ies"):
@@ -76,30 +81,56 @@ def _stem(word: str) -> str:
         word = word[:-1]
     elif len(word) > 4 and word.endswith("ed") and not word.endswith("eed"):
         word = word[:-2]
+    else:
+        stripped = False
+    if word in _SYNONYMS:
+        return _SYNONYMS[word]
+    # stopped/stop, running/run: a doubled final consonant left by the suffix
+    if stripped and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouslz":
+        word = word[:-1]
+    # save/saved/saving and compare/compared all meet at the stem without the final e
+    if len(word) > 3 and word.endswith("e") and not word.endswith("ee"):
+        word = word[:-1]
     return _SYNONYMS.get(word, word)
 
 
 def tokenize(text: str) -> list[str]:
     """Lower-case terms; compound tokens (NCCL_SOCKET_IFNAME, cuda:0) also yield their parts."""
     out: list[str] = []
+    for term, together in _terms(text):
+        out.append(term)
+        if together:
+            out.append(together)
+    return out
+
+
+def _terms(text: str) -> list[tuple[str, str | None]]:
+    """Each term with the same word spelled together, if it has another spelling (all_reduce: allreduce)."""
+    out: list[tuple[str, str | None]] = []
     for raw in _TOKEN.findall(text.lower().replace("_", "-")):
         if raw in _EXPANSIONS:
-            out.extend(_EXPANSIONS[raw])
+            out.extend((t, None) for t in _EXPANSIONS[raw])
             continue
         parts = _WORD.findall(raw)
         if len(parts) > 1:
-            out.append(raw)
+            if _FILE_NAME.search(raw):
+                # a script's name (dist_train.py) is the user's choice, not words about the failure, but a
+                # library file's name says what ran: data_parallel.py -> dataparallel, as DataParallel reads
+                base = _WORD.findall(re.split(r"[/\\:]", raw)[-1].rsplit(".", 1)[0])
+                out.append((raw, "".join(base) if 1 < len(base) <= 3 else None))
+                continue
+            # all_reduce, all-reduce and allreduce are one word
+            out.append((raw, "".join(parts) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None))
         for part in parts:
             if part in _EXPANSIONS:
-                out.extend(_EXPANSIONS[part])
+                out.extend((t, None) for t in _EXPANSIONS[part])
             elif part not in _STOP:
-                out.append(_stem(part))
+                out.append((_stem(part), None))
     if "out of memory" in text.lower():  # what OOM stands for
-        out.append("oom")
-    joined = " ".join(out)
+        out.append(("oom", None))
     # "30 minutes" is how people say the 1800 s NCCL default
-    if "30 minute" in joined:
-        out.append("1800")
+    if "30 minute" in " ".join(t for t, _ in out):
+        out.append(("1800", None))
     return out
 
 
@@ -135,6 +166,7 @@ class SearchIndex:
     vocab: list[str]
     bigrams: list[frozenset[tuple[str, str]]]
     phrases: list[tuple[str, ...]]  # lower-cased error strings and symptoms for the phrase bonus
+    lines: list[tuple[frozenset[str], ...]]  # per entry: the terms of its title and of each paraphrase
 
     @classmethod
     def build(cls, entries: Iterable[Entry]) -> "SearchIndex":
@@ -142,7 +174,7 @@ class SearchIndex:
         counts: dict[str, list[dict[str, int]]] = {f: [] for f in FIELD_WEIGHTS}
         lengths: dict[str, list[int]] = {f: [] for f in FIELD_WEIGHTS}
         df: dict[str, int] = {}
-        bigrams, phrases = [], []
+        bigrams, phrases, lines = [], [], []
         for entry in entries:
             seen: set[str] = set()
             pairs: set[tuple[str, str]] = set()
@@ -160,10 +192,13 @@ class SearchIndex:
                 df[t] = df.get(t, 0) + 1
             bigrams.append(frozenset(pairs))
             phrases.append(tuple(s.lower() for s in entry.error_strings + entry.symptoms + entry.paraphrases + (entry.title,)))
+            # titles and paraphrases are written as users title their issues; symptoms and error
+            # strings are long and shared, and pasted log lines over-match them (measured on dev logs)
+            lines.append(tuple(frozenset(tokenize(text)) for text in (entry.title,) + entry.paraphrases if text))
         avg = {f: (sum(v) / len(v) if v else 0.0) or 1.0 for f, v in lengths.items()}
         return cls(
             ids=[e.id for e in entries], counts=counts, lengths=lengths, avg_length=avg, df=df,
-            vocab=sorted(df), bigrams=bigrams, phrases=phrases,
+            vocab=sorted(df), bigrams=bigrams, phrases=phrases, lines=lines,
         )
 
     def _expand(self, term: str) -> list[tuple[str, float]]:
@@ -182,37 +217,59 @@ class SearchIndex:
         n, df = len(self.ids), self.df.get(term, 0)
         return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
-    def search(self, query: str, limit: int = 10) -> list[Hit]:
+    def _term_score(self, i: int, variant: str) -> float:
+        """BM25 in each field of entry i, weighted by how much the field counts."""
+        s = 0.0
+        for name, weight in FIELD_WEIGHTS.items():
+            tf = self.counts[name][i].get(variant, 0)
+            if tf:
+                norm = 1 - _B + _B * self.lengths[name][i] / self.avg_length[name]
+                s += weight * tf * (_K1 + 1) / (tf + _K1 * norm)
+        return s / 3.0
+
+    def search(self, query: str, limit: int = 10, lines: bool = True) -> list[Hit]:
+        """Entries best first. lines=False leaves out the bonus for the query's words sitting in one title or
+        paraphrase: it suits a question in a user's words, not a failure line from a log (engine.possible)."""
         from rapidfuzz import fuzz
 
-        terms = list(dict.fromkeys(tokenize(query)))
+        together = {}
+        for term, other in _terms(query):
+            together.setdefault(term, other)
+        terms = list(together)
         if not terms:
             return []
         expanded = {t: self._expand(t) for t in terms}
+        for t, other in together.items():
+            if other in self.df and other not in dict(expanded[t]):
+                expanded[t].append((other, 1.0))
+        idf = {v: self._idf(v) for t in terms for v, _ in expanded[t]}
+        weight = {t: max((idf[v] for v, _ in expanded[t]), default=0.0) for t in terms}
         q_pairs = list(zip(terms, terms[1:]))
         q_lower = query.lower().strip()
-        best_possible = sum(max((self._idf(v) for v, _ in expanded[t]), default=0.0) for t in terms) or 1.0
+        best_possible = sum(weight.values()) or 1.0
         scores: list[tuple[float, int, tuple[str, ...]]] = []
         for i in range(len(self.ids)):
-            total, matched = 0.0, []
+            total, matched, found = 0.0, [], {}
             for term in terms:
-                term_best = 0.0
+                term_best, hit = 0.0, None
                 for variant, sim in expanded[term]:
-                    idf = self._idf(variant)
-                    s = 0.0
-                    for name, weight in FIELD_WEIGHTS.items():
-                        tf = self.counts[name][i].get(variant, 0)
-                        if tf:
-                            norm = 1 - _B + _B * self.lengths[name][i] / self.avg_length[name]
-                            s += weight * tf * (_K1 + 1) / (tf + _K1 * norm)
-                    term_best = max(term_best, sim * idf * s / 3.0)
-                if term_best > 0:
+                    s = sim * idf[variant] * self._term_score(i, variant)
+                    if s > term_best:
+                        term_best, hit = s, (variant, sim)
+                if hit:
                     matched.append(term)
+                    found[term] = hit
                     total += term_best
             if not matched:
                 continue
             # terms adjacent in the query and in the entry: "address already", "docker0 nccl"
-            total += 0.6 * sum(self._idf(a) for a, b in q_pairs if (a, b) in self.bigrams[i])
+            total += _PAIR * sum(self._idf(a) for a, b in q_pairs if (a, b) in self.bigrams[i])
+            # the query's words together in one line of the entry, not scattered over it
+            line_best = 0.0 if not lines else max(
+                (sum(weight[t] * sim for t, (v, sim) in found.items() if v in line) for line in self.lines[i]),
+                default=0.0,
+            )
+            total += _LINE * line_best
             # a pasted error message or a near-verbatim symptom
             if len(q_lower) >= 12:
                 phrase = max((fuzz.partial_ratio(q_lower, p) for p in self.phrases[i] if len(p) >= 12), default=0)
@@ -221,7 +278,8 @@ class SearchIndex:
             coverage = len(matched) / len(terms)
             scores.append((total * (0.5 + 0.5 * coverage), i, tuple(matched)))
         scores.sort(key=lambda s: (-s[0], s[1]))
+        scale = _SCALE_LINES if lines else _SCALE
         return [
-            Hit(id=self.ids[i], score=round(1.0 - math.exp(-s / _SCALE), 3), matched=m)
+            Hit(id=self.ids[i], score=round(1.0 - math.exp(-s / scale), 3), matched=m)
             for s, i, m in scores[:limit]
         ]
