@@ -27,12 +27,13 @@ _LINE = 2.0  # bonus for the share of the query (by idf) that one line of the en
 _SCALE = 8.0  # raw score -> 0..1: a title-and-error match scores about 0.95, one shared word under 0.2
 _SCALE_LINES = 13.0  # the same with the line bonus, which adds about 60% to a typical top score
 _FUZZY_MIN = 84.0  # rapidfuzz ratio for a misspelt term to count (adress ~ address = 92)
+_FUZZY_LEN = 5  # shortest term that may match a misspelling (a 4-letter one passes only by gaining a letter: hang ~ chang)
 
 _STOP = frozenset(
     "a an the and or of to in on at is are was were be been it its this that with for from by as "
     "my our your i we you he she they them when while after before during why how what which does do "
     "did not no but into out up so than then there get got gets getting just only all can t cannot doesn "
-    "don isn won wasn aren should would could will please help about any some".split()
+    "don isn won wasn aren should would could will please help about any some s".split()
 )
 _SYNONYMS = {
     # hang-like words all mean the same thing to a user in a hurry
@@ -56,6 +57,10 @@ _SYNONYMS = {
     "duplicated": "duplicate", "twice": "duplicate", "multiple": "multi",
     "resume": "resume", "resuming": "resume", "resumed": "resume", "restarted": "restart",
     "restarts": "restart", "restarting": "restart",
+    # a failure that comes and goes: a bad sample or a sporadic fault on one rank, not a fixed code path
+    "occasionally": "random", "sometimes": "random", "randomly": "random", "sporadically": "random",
+    "sporadic": "random", "intermittent": "random", "intermittently": "random", "occasional": "random",
+    "vram": "memory", "mem": "memory",
 }
 # Numbers users type that the catalogue spells another way.
 _EXPANSIONS = {
@@ -64,6 +69,7 @@ _EXPANSIONS = {
 }
 _TOKEN = re.compile(r"[a-z0-9]+(?:[._:/-][a-z0-9]+)*")
 _WORD = re.compile(r"[a-z0-9]+")
+_COMPOUND = re.compile(r"[._:/-]")
 _FILE_NAME = re.compile(r"\.(?:py|sh|ya?ml|json|txt|log|cfg|toml|ipynb)$")
 
 
@@ -97,41 +103,52 @@ def _stem(word: str) -> str:
 def tokenize(text: str) -> list[str]:
     """Lower-case terms; compound tokens (NCCL_SOCKET_IFNAME, cuda:0) also yield their parts."""
     out: list[str] = []
-    for term, together in _terms(text):
+    for term, together, _ in _terms(text):
         out.append(term)
         if together:
             out.append(together)
     return out
 
 
-def _terms(text: str) -> list[tuple[str, str | None]]:
-    """Each term with the same word spelled together, if it has another spelling (all_reduce: allreduce)."""
-    out: list[tuple[str, str | None]] = []
+def _terms(text: str) -> list[tuple[str, str | None, str | None]]:
+    """Each term with the same word spelled together, if it has another spelling (all_reduce: allreduce),
+    and the compound it is a part of, if any (nccl in nccl-socket-ifname)."""
+    out: list[tuple[str, str | None, str | None]] = []
     for raw in _TOKEN.findall(text.lower().replace("_", "-")):
         if raw in _EXPANSIONS:
-            out.extend((t, None) for t in _EXPANSIONS[raw])
+            out.extend((t, None, None) for t in _EXPANSIONS[raw])
             continue
         parts = _WORD.findall(raw)
+        of = None
+        if len(parts) > 1 and all(p.isdigit() for p in parts):
+            out.append((raw, None, None))  # 0.25, 10.0.0.1: the pieces of a number are no words
+            continue
         if len(parts) > 1:
             if _FILE_NAME.search(raw):
                 # a script's name (dist_train.py) is the user's choice, not words about the failure, but a
                 # library file's name says what ran: data_parallel.py -> dataparallel, as DataParallel reads
                 base = _WORD.findall(re.split(r"[/\\:]", raw)[-1].rsplit(".", 1)[0])
-                out.append((raw, "".join(base) if 1 < len(base) <= 3 else None))
+                out.append((raw, "".join(base) if 1 < len(base) <= 3 else None, None))
                 continue
             # all_reduce, all-reduce and allreduce are one word
-            out.append((raw, "".join(parts) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None))
+            out.append((raw, "".join(parts) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None, None))
+            of = raw
         for part in parts:
             if part in _EXPANSIONS:
-                out.extend((t, None) for t in _EXPANSIONS[part])
+                out.extend((t, None, of) for t in _EXPANSIONS[part])
             elif part not in _STOP:
-                out.append((_stem(part), None))
+                out.append((_stem(part), None, of))
     if "out of memory" in text.lower():  # what OOM stands for
-        out.append(("oom", None))
+        out.append(("oom", None, None))
     # "30 minutes" is how people say the 1800 s NCCL default
-    if "30 minute" in " ".join(t for t, _ in out):
-        out.append(("1800", None))
+    if "30 minute" in " ".join(t for t, _, _ in out):
+        out.append(("1800", None, None))
     return out
+
+
+def _words(text: str) -> list[str]:
+    """The terms in reading order without compounds, so that a compound and its own parts are no word pair."""
+    return [t for t, _, _ in _terms(text) if not _COMPOUND.search(t)]
 
 
 def _entry_fields(entry: Entry) -> dict[str, str]:
@@ -187,7 +204,8 @@ class SearchIndex:
                 lengths[name].append(len(terms))
                 seen.update(bag)
                 if name in ("title", "errors", "symptoms", "keywords", "paraphrases", "summary"):
-                    pairs.update(zip(terms, terms[1:]))
+                    words = _words(text)
+                    pairs.update(zip(words, words[1:]))
             for t in seen:
                 df[t] = df.get(t, 0) + 1
             bigrams.append(frozenset(pairs))
@@ -206,7 +224,7 @@ class SearchIndex:
         from rapidfuzz import fuzz, process
 
         out = [(term, 1.0)] if term in self.df else []
-        if len(term) >= 4 and not term.isdigit():
+        if len(term) >= _FUZZY_LEN and not term.isdigit():
             for cand, score, _ in process.extract(term, self.vocab, scorer=fuzz.ratio, limit=4,
                                                   score_cutoff=_FUZZY_MIN):
                 if cand != term and abs(len(cand) - len(term)) <= 3:
@@ -227,29 +245,45 @@ class SearchIndex:
                 s += weight * tf * (_K1 + 1) / (tf + _K1 * norm)
         return s / 3.0
 
+    @staticmethod
+    def _line_share(line, units, parts, found, weight) -> float:
+        """How much of the query (by idf) one line of the entry holds, a compound counted once."""
+        def held(t):
+            return weight[t] * found[t][1] if t in found and found[t][0] in line else 0.0
+        return sum(max(held(c), sum(held(p) for p in parts[c])) for c in units)
+
     def search(self, query: str, limit: int = 10, lines: bool = True) -> list[Hit]:
         """Entries best first. lines=False leaves out the bonus for the query's words sitting in one title or
         paraphrase: it suits a question in a user's words, not a failure line from a log (engine.possible)."""
         from rapidfuzz import fuzz
 
-        together = {}
-        for term, other in _terms(query):
+        together: dict[str, str | None] = {}
+        part_of: dict[str, str | None] = {}
+        for term, other, of in _terms(query):
             together.setdefault(term, other)
+            if of is None or part_of.get(term, of) is None:
+                part_of[term] = None  # said on its own somewhere: counts on its own
+            else:
+                part_of[term] = of
         terms = list(together)
         if not terms:
             return []
+        # a compound counts once: as itself or as its parts, whichever matches better (multi-gpu, set_epoch)
+        units = [t for t in terms if part_of[t] is None]
+        parts = {c: [t for t in terms if part_of[t] == c] for c in units}
         expanded = {t: self._expand(t) for t in terms}
         for t, other in together.items():
             if other in self.df and other not in dict(expanded[t]):
                 expanded[t].append((other, 1.0))
         idf = {v: self._idf(v) for t in terms for v, _ in expanded[t]}
         weight = {t: max((idf[v] for v, _ in expanded[t]), default=0.0) for t in terms}
-        q_pairs = list(zip(terms, terms[1:]))
+        q_words = _words(query)
+        q_pairs = list(zip(q_words, q_words[1:]))
         q_lower = query.lower().strip()
-        best_possible = sum(weight.values()) or 1.0
+        best_possible = sum(max(weight[c], sum(weight[p] for p in parts[c])) for c in units) or 1.0
         scores: list[tuple[float, int, tuple[str, ...]]] = []
         for i in range(len(self.ids)):
-            total, matched, found = 0.0, [], {}
+            matched, found, score = [], {}, {}
             for term in terms:
                 term_best, hit = 0.0, None
                 for variant, sim in expanded[term]:
@@ -259,23 +293,25 @@ class SearchIndex:
                 if hit:
                     matched.append(term)
                     found[term] = hit
-                    total += term_best
+                    score[term] = term_best
             if not matched:
                 continue
+            total = sum(max(score.get(c, 0.0), sum(score.get(p, 0.0) for p in parts[c])) for c in units)
+            covered = sum(1.0 if c in found or not parts[c] else
+                          sum(p in found for p in parts[c]) / len(parts[c]) for c in units if c in found or
+                          any(p in found for p in parts[c]))
             # terms adjacent in the query and in the entry: "address already", "docker0 nccl"
             total += _PAIR * sum(self._idf(a) for a, b in q_pairs if (a, b) in self.bigrams[i])
             # the query's words together in one line of the entry, not scattered over it
-            line_best = 0.0 if not lines else max(
-                (sum(weight[t] * sim for t, (v, sim) in found.items() if v in line) for line in self.lines[i]),
-                default=0.0,
-            )
+            line_best = 0.0 if not lines else max((self._line_share(line, units, parts, found, weight)
+                                                    for line in self.lines[i]), default=0.0)
             total += _LINE * line_best
             # a pasted error message or a near-verbatim symptom
             if len(q_lower) >= 12:
                 phrase = max((fuzz.partial_ratio(q_lower, p) for p in self.phrases[i] if len(p) >= 12), default=0)
                 if phrase >= 85:
                     total += best_possible * (phrase - 80) / 20.0
-            coverage = len(matched) / len(terms)
+            coverage = covered / len(units)
             scores.append((total * (0.5 + 0.5 * coverage), i, tuple(matched)))
         scores.sort(key=lambda s: (-s[0], s[1]))
         scale = _SCALE_LINES if lines else _SCALE
