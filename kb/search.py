@@ -25,7 +25,7 @@ _K1, _B = 1.2, 0.6
 _PAIR = 0.6  # bonus per query bigram the entry also has, times its idf
 _LINE = 2.0  # bonus for the share of the query (by idf) that one line of the entry holds
 _SCALE = 8.0  # raw score -> 0..1: a title-and-error match scores about 0.95, one shared word under 0.2
-_SCALE_LINES = 13.0  # the same with the line bonus, which adds about 60% to a typical top score
+_SCALE_LINES = 11.0  # the same with the line bonus, which adds about 40% to a typical top score
 _FUZZY_MIN = 84.0  # rapidfuzz ratio for a misspelt term to count (adress ~ address = 92)
 _FUZZY_LEN = 5  # shortest term that may match a misspelling (a 4-letter one passes only by gaining a letter: hang ~ chang)
 
@@ -247,10 +247,12 @@ class SearchIndex:
 
     @staticmethod
     def _line_share(line, units, parts, found, weight) -> float:
-        """How much of the query (by idf) one line of the entry holds, a compound counted once."""
+        """How much of the query (by idf) one line of the entry holds, a compound counted once; nothing when
+        the line holds a single word of it, which says no more than the word's own score."""
         def held(t):
             return weight[t] * found[t][1] if t in found and found[t][0] in line else 0.0
-        return sum(max(held(c), sum(held(p) for p in parts[c])) for c in units)
+        shares = [max(held(c), sum(held(p) for p in parts[c])) for c in units]
+        return sum(shares) if sum(x > 0 for x in shares) >= 2 else 0.0
 
     def search(self, query: str, limit: int = 10, lines: bool = True) -> list[Hit]:
         """Entries best first. lines=False leaves out the bonus for the query's words sitting in one title or
