@@ -128,10 +128,11 @@ def _terms(text: str) -> list[tuple[str, str | None, str | None]]:
                 # a script's name (dist_train.py) is the user's choice, not words about the failure, but a
                 # library file's name says what ran: data_parallel.py -> dataparallel, as DataParallel reads
                 base = _WORD.findall(re.split(r"[/\\:]", raw)[-1].rsplit(".", 1)[0])
-                out.append((raw, "".join(base) if 1 < len(base) <= 3 else None, None))
+                out.append((raw, _stem("".join(base)) if 1 < len(base) <= 3 else None, None))
                 continue
             # all_reduce, all-reduce and allreduce are one word
-            out.append((raw, "".join(parts) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None, None))
+            out.append((raw, _stem("".join(parts)) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None,
+                        None))
             of = raw
         for part in parts:
             if part in _EXPANSIONS:

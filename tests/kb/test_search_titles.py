@@ -27,10 +27,10 @@ def _rate(rows, k):
 
 
 def test_most_titles_rank_their_entry_first(ranked):
-    # measured 84% (tune 85%, held 83%); the floors sit well under it
-    assert _rate(ranked, 1) >= 0.75
-    assert _rate([r for r in ranked if r[1] == "held"], 1) >= 0.70
+    # measured 92% (tune 97%, held 85%); the floors sit well under it
+    assert _rate(ranked, 1) >= 0.82
+    assert _rate([r for r in ranked if r[1] == "held"], 1) >= 0.72
 
 
 def test_nearly_all_titles_have_their_entry_in_the_top_three(ranked):
-    assert _rate(ranked, 3) >= 0.92
+    assert _rate(ranked, 3) >= 0.95  # measured 100%
