@@ -61,7 +61,15 @@ _SYNONYMS = {
     "occasionally": "random", "sometimes": "random", "randomly": "random", "sporadically": "random",
     "sporadic": "random", "intermittent": "random", "intermittently": "random", "occasional": "random",
     "vram": "memory", "mem": "memory",
+    # the wrapper's long names are its short ones
+    "distributeddataparallel": "ddp", "fullyshardeddataparallel": "fsdp", "ckpt": "checkpoint",
+    "slower": "slow", "slowly": "slow", "slowdown": "slow", "slowness": "slow",
 }
+# Phrases users type for what the catalogue says one way: "the first gpu" is GPU 0, "rank zero" is rank 0.
+_PHRASES = [
+    (re.compile(r"\b(?:first|main|primary) (gpu|device|card)\b"), r"\1 0"),
+    (re.compile(r"\brank zero\b"), "rank 0"),
+]
 # Numbers users type that the catalogue spells another way.
 _EXPANSIONS = {
     "gpu0": ("gpu", "0"), "cuda:0": ("cuda", "0"), "30min": ("30", "minute"),
@@ -114,7 +122,10 @@ def _terms(text: str) -> list[tuple[str, str | None, str | None]]:
     """Each term with the same word spelled together, if it has another spelling (all_reduce: allreduce),
     and the compound it is a part of, if any (nccl in nccl-socket-ifname)."""
     out: list[tuple[str, str | None, str | None]] = []
-    for raw in _TOKEN.findall(text.lower().replace("_", "-")):
+    text = text.lower()
+    for pattern, said in _PHRASES:
+        text = pattern.sub(said, text)
+    for raw in _TOKEN.findall(text.replace("_", "-")):
         if raw in _EXPANSIONS:
             out.extend((t, None, None) for t in _EXPANSIONS[raw])
             continue
