@@ -27,7 +27,7 @@ _LINE = 2.0  # bonus for the share of the query (by idf) that one line of the en
 _SCALE = 8.0  # raw score -> 0..1: a title-and-error match scores about 0.95, one shared word under 0.2
 _SCALE_LINES = 11.0  # the same with the line bonus, which adds about 40% to a typical top score
 _FUZZY_MIN = 84.0  # rapidfuzz ratio for a misspelt term to count (adress ~ address = 92)
-_FUZZY_LEN = 5  # shortest term that may match a misspelling (a 4-letter one passes only by gaining a letter: hang ~ chang)
+_FUZZY_LEN = 5  # shortest term matched to misspellings (4 letters pass only by gaining one: hang ~ chang)
 
 _STOP = frozenset(
     "a an the and or of to in on at is are was were be been it its this that with for from by as "
@@ -275,10 +275,10 @@ class SearchIndex:
         part_of: dict[str, str | None] = {}
         for term, other, of in _terms(query):
             together.setdefault(term, other)
-            if of is None or part_of.get(term, of) is None:
+            if of is None:
                 part_of[term] = None  # said on its own somewhere: counts on its own
             else:
-                part_of[term] = of
+                part_of.setdefault(term, of)
         terms = list(together)
         if not terms:
             return []
