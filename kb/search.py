@@ -60,7 +60,8 @@ _SYNONYMS = {
     # a failure that comes and goes: a bad sample or a sporadic fault on one rank, not a fixed code path
     "occasionally": "random", "sometimes": "random", "randomly": "random", "sporadically": "random",
     "sporadic": "random", "intermittent": "random", "intermittently": "random", "occasional": "random",
-    "vram": "memory", "mem": "memory",
+    "vram": "memory", "mem": "memory", "used": "use", "using": "use", "freezing": "hang", "kill": "crash",
+    "kills": "crash", "killing": "crash",
     # the wrapper's long names are its short ones
     "distributeddataparallel": "ddp", "fullyshardeddataparallel": "fsdp", "ckpt": "checkpoint",
     "slower": "slow", "slowly": "slow", "slowdown": "slow", "slowness": "slow",
@@ -70,6 +71,8 @@ _PHRASES = [
     (re.compile(r"\b(?:first|main|primary) (gpu|device|card)\b"), r"\1 0"),
     (re.compile(r"\brank zero\b"), "rank 0"),
 ]
+# a canonical word is its own synonym, so "device" meets "devices" however the stemmer would cut it
+_SYNONYMS.update({v: v for v in set(_SYNONYMS.values())})
 # Numbers users type that the catalogue spells another way.
 _EXPANSIONS = {
     "gpu0": ("gpu", "0"), "cuda:0": ("cuda", "0"), "30min": ("30", "minute"),

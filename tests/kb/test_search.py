@@ -70,3 +70,19 @@ def test_log_lines_are_searched_without_the_line_bonus(index):
     without = {h.id: h.score for h in index.search("training hangs after one rank crashes", limit=3, lines=False)}
     assert next(iter(with_lines)) == "D20" and next(iter(without)) == "D20"
     assert with_lines != without
+
+
+def test_every_synonym_target_is_stable():
+    from gpudoctor.kb.search import _SYNONYMS, tokenize
+
+    # a canonical word must come out of the tokenizer as itself, or "minute" and "minutes" would part ways
+    assert [v for v in set(_SYNONYMS.values()) if "-" not in v and tokenize(v) != [v]] == []
+
+
+@pytest.mark.parametrize("forms", [("save", "saves", "saved", "saving"), ("use", "uses", "used", "using"),
+                                   ("stop", "stops", "stopped", "stopping"), ("hang", "hangs", "hung", "hanging"),
+                                   ("freeze", "freezes", "freezing", "stuck"), ("kill", "killed", "crash")])
+def test_inflections_meet(forms):
+    from gpudoctor.kb.search import tokenize
+
+    assert len({tuple(tokenize(f)) for f in forms}) == 1, [tokenize(f) for f in forms]
