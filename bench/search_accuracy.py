@@ -42,6 +42,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every miss")
+    parser.add_argument("--split", choices=("tune", "held", "all"), default="all",
+                        help="list misses of this split only (-v); figures are printed for all splits")
     args = parser.parse_args()
     res = evaluate()
     if args.json:
@@ -49,7 +51,7 @@ def main() -> int:
         return 0
     if args.verbose:
         for r in res["rows"]:
-            if r["got"][:1] != [r["expect"]]:
+            if r["got"][:1] != [r["expect"]] and args.split in ("all", r["split"]):
                 print(f"MISS [{r['split']}] expect {r['expect']:<4} got {','.join(r['got']) or '-':<14} {r['title'][:70]}")
     for split, f in res["figures"].items():
         print(f"{split:<5} {f['n']:>4} titles   top-1 {f['top1']:6.1%}   top-3 {f['top3']:6.1%}")

@@ -375,7 +375,7 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
         if meanings:  # "ncclSystemError" says little by itself; what it stands for says more
             query += " " + " ".join(m.text for m in meanings)
         floor = MIN_SEARCH_PASTED if ev.signature == "pasted-line" else MIN_SEARCH
-        for hit in index.search(query, limit=5):
+        for hit in index.search(query, limit=5, lines=False):
             if hit.score < floor:
                 continue
             best.setdefault(hit.id, []).append((hit.score * weight, ev))

@@ -11,7 +11,7 @@ from pathlib import Path
 from gpudoctor.kb.model import SECTIONS, Entry
 
 BUILTIN_DIR = Path(__file__).resolve().parent
-CACHE_FORMAT = 8  # bump when Entry, the index or this file's cache layout changes
+CACHE_FORMAT = 9  # bump when Entry, the index or this file's cache layout changes
 _ID_PARTS = re.compile(r"^\s*([A-Za-z]+)[\s_-]*0*([0-9]+)\s*$")
 
 

@@ -1,4 +1,4 @@
-"""Typo-tolerant free-text search over catalogue entries: field-weighted BM25, fuzzy terms, phrase bonus."""
+"""Typo-tolerant free-text search over catalogue entries: field-weighted BM25, fuzzy terms, phrase and line bonus."""
 from __future__ import annotations
 
 import math
@@ -22,14 +22,18 @@ FIELD_WEIGHTS = {
     "fix": 0.3,
 }
 _K1, _B = 1.2, 0.6
+_PAIR = 0.6  # bonus per query bigram the entry also has, times its idf
+_LINE = 2.0  # bonus for the share of the query (by idf) that one line of the entry holds
 _SCALE = 8.0  # raw score -> 0..1: a title-and-error match scores about 0.95, one shared word under 0.2
+_SCALE_LINES = 11.0  # the same with the line bonus, which adds about 40% to a typical top score
 _FUZZY_MIN = 84.0  # rapidfuzz ratio for a misspelt term to count (adress ~ address = 92)
+_FUZZY_LEN = 5  # shortest term matched to misspellings (4 letters pass only by gaining one: hang ~ chang)
 
 _STOP = frozenset(
     "a an the and or of to in on at is are was were be been it its this that with for from by as "
     "my our your i we you he she they them when while after before during why how what which does do "
     "did not no but into out up so than then there get got gets getting just only all can t cannot doesn "
-    "don isn won wasn aren should would could will please help about any some".split()
+    "don isn won wasn aren should would could will please help about any some s".split()
 )
 _SYNONYMS = {
     # hang-like words all mean the same thing to a user in a hurry
@@ -53,7 +57,22 @@ _SYNONYMS = {
     "duplicated": "duplicate", "twice": "duplicate", "multiple": "multi",
     "resume": "resume", "resuming": "resume", "resumed": "resume", "restarted": "restart",
     "restarts": "restart", "restarting": "restart",
+    # a failure that comes and goes: a bad sample or a sporadic fault on one rank, not a fixed code path
+    "occasionally": "random", "sometimes": "random", "randomly": "random", "sporadically": "random",
+    "sporadic": "random", "intermittent": "random", "intermittently": "random", "occasional": "random",
+    "vram": "memory", "mem": "memory", "used": "use", "using": "use", "freezing": "hang", "kill": "crash",
+    "kills": "crash", "killing": "crash",
+    # the wrapper's long names are its short ones
+    "distributeddataparallel": "ddp", "fullyshardeddataparallel": "fsdp", "ckpt": "checkpoint",
+    "slower": "slow", "slowly": "slow", "slowdown": "slow", "slowness": "slow",
 }
+# Phrases users type for what the catalogue says one way: "the first gpu" is GPU 0, "rank zero" is rank 0.
+_PHRASES = [
+    (re.compile(r"\b(?:first|main|primary) (gpu|device|card)\b"), r"\1 0"),
+    (re.compile(r"\brank zero\b"), "rank 0"),
+]
+# a canonical word is its own synonym, so "device" meets "devices" however the stemmer would cut it
+_SYNONYMS.update({v: v for v in set(_SYNONYMS.values())})
 # Numbers users type that the catalogue spells another way.
 _EXPANSIONS = {
     "gpu0": ("gpu", "0"), "cuda:0": ("cuda", "0"), "30min": ("30", "minute"),
@@ -61,11 +80,14 @@ _EXPANSIONS = {
 }
 _TOKEN = re.compile(r"[a-z0-9]+(?:[._:/-][a-z0-9]+)*")
 _WORD = re.compile(r"[a-z0-9]+")
+_COMPOUND = re.compile(r"[._:/-]")
+_FILE_NAME = re.compile(r"\.(?:py|sh|ya?ml|json|txt|log|cfg|toml|ipynb)$")
 
 
 def _stem(word: str) -> str:
     if word in _SYNONYMS:
         return _SYNONYMS[word]
+    stripped = True
     if len(word) > 5 and word.endswith("ing"):
         word = word[:-3]
     elif len(word) > 4 and word.endswith("ies"):
@@ -76,31 +98,72 @@ def _stem(word: str) -> str:
         word = word[:-1]
     elif len(word) > 4 and word.endswith("ed") and not word.endswith("eed"):
         word = word[:-2]
+    else:
+        stripped = False
+    if word in _SYNONYMS:
+        return _SYNONYMS[word]
+    # stopped/stop, running/run: a doubled final consonant left by the suffix
+    if stripped and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouslz":
+        word = word[:-1]
+    # save/saved/saving and compare/compared all meet at the stem without the final e
+    if len(word) > 3 and word.endswith("e") and not word.endswith("ee"):
+        word = word[:-1]
     return _SYNONYMS.get(word, word)
 
 
 def tokenize(text: str) -> list[str]:
     """Lower-case terms; compound tokens (NCCL_SOCKET_IFNAME, cuda:0) also yield their parts."""
     out: list[str] = []
-    for raw in _TOKEN.findall(text.lower().replace("_", "-")):
+    for term, together, _ in _terms(text):
+        out.append(term)
+        if together:
+            out.append(together)
+    return out
+
+
+def _terms(text: str) -> list[tuple[str, str | None, str | None]]:
+    """Each term with the same word spelled together, if it has another spelling (all_reduce: allreduce),
+    and the compound it is a part of, if any (nccl in nccl-socket-ifname)."""
+    out: list[tuple[str, str | None, str | None]] = []
+    text = text.lower()
+    for pattern, said in _PHRASES:
+        text = pattern.sub(said, text)
+    for raw in _TOKEN.findall(text.replace("_", "-")):
         if raw in _EXPANSIONS:
-            out.extend(_EXPANSIONS[raw])
+            out.extend((t, None, None) for t in _EXPANSIONS[raw])
             continue
         parts = _WORD.findall(raw)
+        of = None
+        if len(parts) > 1 and all(p.isdigit() for p in parts):
+            out.append((raw, None, None))  # 0.25, 10.0.0.1: the pieces of a number are no words
+            continue
         if len(parts) > 1:
-            out.append(raw)
+            if _FILE_NAME.search(raw):
+                # a script's name (dist_train.py) is the user's choice, not words about the failure, but a
+                # library file's name says what ran: data_parallel.py -> dataparallel, as DataParallel reads
+                base = _WORD.findall(re.split(r"[/\\:]", raw)[-1].rsplit(".", 1)[0])
+                out.append((raw, _stem("".join(base)) if 1 < len(base) <= 3 else None, None))
+                continue
+            # all_reduce, all-reduce and allreduce are one word
+            out.append((raw, _stem("".join(parts)) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None,
+                        None))
+            of = raw
         for part in parts:
             if part in _EXPANSIONS:
-                out.extend(_EXPANSIONS[part])
+                out.extend((t, None, of) for t in _EXPANSIONS[part])
             elif part not in _STOP:
-                out.append(_stem(part))
+                out.append((_stem(part), None, of))
     if "out of memory" in text.lower():  # what OOM stands for
-        out.append("oom")
-    joined = " ".join(out)
+        out.append(("oom", None, None))
     # "30 minutes" is how people say the 1800 s NCCL default
-    if "30 minute" in joined:
-        out.append("1800")
+    if "30 minute" in " ".join(t for t, _, _ in out):
+        out.append(("1800", None, None))
     return out
+
+
+def _words(text: str) -> list[str]:
+    """The terms in reading order without compounds, so that a compound and its own parts are no word pair."""
+    return [t for t, _, _ in _terms(text) if not _COMPOUND.search(t)]
 
 
 def _entry_fields(entry: Entry) -> dict[str, str]:
@@ -135,6 +198,7 @@ class SearchIndex:
     vocab: list[str]
     bigrams: list[frozenset[tuple[str, str]]]
     phrases: list[tuple[str, ...]]  # lower-cased error strings and symptoms for the phrase bonus
+    lines: list[tuple[frozenset[str], ...]]  # per entry: the terms of its title and of each paraphrase
 
     @classmethod
     def build(cls, entries: Iterable[Entry]) -> "SearchIndex":
@@ -142,7 +206,7 @@ class SearchIndex:
         counts: dict[str, list[dict[str, int]]] = {f: [] for f in FIELD_WEIGHTS}
         lengths: dict[str, list[int]] = {f: [] for f in FIELD_WEIGHTS}
         df: dict[str, int] = {}
-        bigrams, phrases = [], []
+        bigrams, phrases, lines = [], [], []
         for entry in entries:
             seen: set[str] = set()
             pairs: set[tuple[str, str]] = set()
@@ -155,15 +219,19 @@ class SearchIndex:
                 lengths[name].append(len(terms))
                 seen.update(bag)
                 if name in ("title", "errors", "symptoms", "keywords", "paraphrases", "summary"):
-                    pairs.update(zip(terms, terms[1:]))
+                    words = _words(text)
+                    pairs.update(zip(words, words[1:]))
             for t in seen:
                 df[t] = df.get(t, 0) + 1
             bigrams.append(frozenset(pairs))
             phrases.append(tuple(s.lower() for s in entry.error_strings + entry.symptoms + entry.paraphrases + (entry.title,)))
+            # titles and paraphrases are written as users title their issues; symptoms and error
+            # strings are long and shared, and pasted log lines over-match them (measured on dev logs)
+            lines.append(tuple(frozenset(tokenize(text)) for text in (entry.title,) + entry.paraphrases if text))
         avg = {f: (sum(v) / len(v) if v else 0.0) or 1.0 for f, v in lengths.items()}
         return cls(
             ids=[e.id for e in entries], counts=counts, lengths=lengths, avg_length=avg, df=df,
-            vocab=sorted(df), bigrams=bigrams, phrases=phrases,
+            vocab=sorted(df), bigrams=bigrams, phrases=phrases, lines=lines,
         )
 
     def _expand(self, term: str) -> list[tuple[str, float]]:
@@ -171,7 +239,7 @@ class SearchIndex:
         from rapidfuzz import fuzz, process
 
         out = [(term, 1.0)] if term in self.df else []
-        if len(term) >= 4 and not term.isdigit():
+        if len(term) >= _FUZZY_LEN and not term.isdigit():
             for cand, score, _ in process.extract(term, self.vocab, scorer=fuzz.ratio, limit=4,
                                                   score_cutoff=_FUZZY_MIN):
                 if cand != term and abs(len(cand) - len(term)) <= 3:
@@ -191,40 +259,84 @@ class SearchIndex:
         phrase = max((fuzz.partial_ratio(q_lower, p) for p in self.phrases[i] if len(p) >= 12), default=0)
         return best_possible * (phrase - 80) / 20.0 if phrase >= 85 else 0.0
 
-    def search(self, query: str, limit: int = 10) -> list[Hit]:
-        terms = list(dict.fromkeys(tokenize(query)))
+    def _term_score(self, i: int, variant: str) -> float:
+        """BM25 in each field of entry i, weighted by how much the field counts."""
+        s = 0.0
+        for name, weight in FIELD_WEIGHTS.items():
+            tf = self.counts[name][i].get(variant, 0)
+            if tf:
+                norm = 1 - _B + _B * self.lengths[name][i] / self.avg_length[name]
+                s += weight * tf * (_K1 + 1) / (tf + _K1 * norm)
+        return s / 3.0
+
+    @staticmethod
+    def _line_share(line, units, parts, found, weight) -> float:
+        """How much of the query (by idf) one line of the entry holds, a compound counted once; nothing when
+        the line holds a single word of it, which says no more than the word's own score."""
+        def held(t):
+            return weight[t] * found[t][1] if t in found and found[t][0] in line else 0.0
+        shares = [max(held(c), sum(held(p) for p in parts[c])) for c in units]
+        return sum(shares) if sum(x > 0 for x in shares) >= 2 else 0.0
+
+    def search(self, query: str, limit: int = 10, lines: bool = True) -> list[Hit]:
+        """Entries best first. lines=False leaves out the bonus for the query's words sitting in one title or
+        paraphrase: it suits a question in a user's words, not a failure line from a log (engine.possible)."""
+        together: dict[str, str | None] = {}
+        part_of: dict[str, str | None] = {}
+        for term, other, of in _terms(query):
+            together.setdefault(term, other)
+            if of is None:
+                part_of[term] = None  # said on its own somewhere: counts on its own
+            else:
+                part_of.setdefault(term, of)
+        terms = list(together)
         if not terms:
             return []
+        # a compound counts once: as itself or as its parts, whichever matches better (multi-gpu, set_epoch)
+        units = [t for t in terms if part_of[t] is None]
+        parts = {c: [t for t in terms if part_of[t] == c] for c in units}
         expanded = {t: self._expand(t) for t in terms}
-        q_pairs = list(zip(terms, terms[1:]))
+        for t, other in together.items():
+            if other in self.df and other not in dict(expanded[t]):
+                expanded[t].append((other, 1.0))
+        idf = {v: self._idf(v) for t in terms for v, _ in expanded[t]}
+        weight = {t: max((idf[v] for v, _ in expanded[t]), default=0.0) for t in terms}
+        q_words = _words(query)
+        q_pairs = list(zip(q_words, q_words[1:]))
         q_lower = query.lower().strip()
-        best_possible = sum(max((self._idf(v) for v, _ in expanded[t]), default=0.0) for t in terms) or 1.0
+        best_possible = sum(max(weight[c], sum(weight[p] for p in parts[c])) for c in units) or 1.0
         scores: list[tuple[float, int, tuple[str, ...]]] = []
         for i in range(len(self.ids)):
-            total, matched = 0.0, []
+            matched, found, score = [], {}, {}
             for term in terms:
-                term_best = 0.0
+                term_best, hit = 0.0, None
                 for variant, sim in expanded[term]:
-                    idf = self._idf(variant)
-                    s = 0.0
-                    for name, weight in FIELD_WEIGHTS.items():
-                        tf = self.counts[name][i].get(variant, 0)
-                        if tf:
-                            norm = 1 - _B + _B * self.lengths[name][i] / self.avg_length[name]
-                            s += weight * tf * (_K1 + 1) / (tf + _K1 * norm)
-                    term_best = max(term_best, sim * idf * s / 3.0)
-                if term_best > 0:
+                    s = sim * idf[variant] * self._term_score(i, variant)
+                    if s > term_best:
+                        term_best, hit = s, (variant, sim)
+                if hit:
                     matched.append(term)
-                    total += term_best
+                    found[term] = hit
+                    score[term] = term_best
             if not matched:
                 continue
+            total = sum(max(score.get(c, 0.0), sum(score.get(p, 0.0) for p in parts[c])) for c in units)
+            covered = sum(1.0 if c in found or not parts[c] else
+                          sum(p in found for p in parts[c]) / len(parts[c]) for c in units if c in found or
+                          any(p in found for p in parts[c]))
             # terms adjacent in the query and in the entry: "address already", "docker0 nccl"
-            total += 0.6 * sum(self._idf(a) for a, b in q_pairs if (a, b) in self.bigrams[i])
+            total += _PAIR * sum(self._idf(a) for a, b in q_pairs if (a, b) in self.bigrams[i])
+            # the query's words together in one line of the entry, not scattered over it
+            line_best = 0.0 if not lines else max((self._line_share(line, units, parts, found, weight)
+                                                    for line in self.lines[i]), default=0.0)
+            total += _LINE * line_best
+            # a pasted error message or a near-verbatim symptom
             total += self._phrase_bonus(q_lower, i, best_possible)
-            coverage = len(matched) / len(terms)
+            coverage = covered / len(units)
             scores.append((total * (0.5 + 0.5 * coverage), i, tuple(matched)))
         scores.sort(key=lambda s: (-s[0], s[1]))
+        scale = _SCALE_LINES if lines else _SCALE
         return [
-            Hit(id=self.ids[i], score=round(1.0 - math.exp(-s / _SCALE), 3), matched=m)
+            Hit(id=self.ids[i], score=round(1.0 - math.exp(-s / scale), 3), matched=m)
             for s, i, m in scores[:limit]
         ]

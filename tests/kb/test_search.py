@@ -37,3 +37,52 @@ def test_scores_are_ordered_and_bounded(index):
     scores = [h.score for h in hits]
     assert scores == sorted(scores, reverse=True)
     assert all(0 <= s <= 1 for s in scores)
+
+
+def test_spellings_of_one_identifier_meet():
+    from gpudoctor.kb.search import tokenize
+
+    assert tokenize("allreduce hangs")[0] in tokenize("all_reduce hangs")
+    assert tokenize("allreduce")[0] in tokenize("all-reduce")
+    # stems meet whatever the suffix: save, saves, saved, saving
+    assert len({tokenize(w)[0] for w in ("save", "saves", "saved", "saving")}) == 1
+    # a script's name is the user's choice: its pieces are not words about the failure
+    assert "train" not in tokenize("python dist_train.py") and "dist" not in tokenize("python dist_train.py")
+    # a library file's name says what ran, spelled together: data_parallel.py reads as DataParallel
+    assert tokenize("DataParallel")[0] in tokenize("torch/nn/parallel/data_parallel.py")
+    # the pieces of a number are no words
+    assert tokenize("loss 0.25") == ["loss", "0.25"]
+
+
+def test_a_compound_counts_once(index):
+    # "multi-gpu" is one idea: the compound and its parts must not add up to outweigh the failure word
+    hits = index.search("multi-gpu training is stuck", limit=3)
+    assert hits and hits[0].id != "D5", [(h.id, h.score) for h in hits]
+
+
+def test_one_shared_word_gets_no_line_bonus(index):
+    # a single word that sits in an entry's title is no more evidence than the word's own score
+    assert all(h.score < 0.15 for h in index.search("zebra crossing", limit=5))
+
+
+def test_log_lines_are_searched_without_the_line_bonus(index):
+    with_lines = {h.id: h.score for h in index.search("training hangs after one rank crashes", limit=3)}
+    without = {h.id: h.score for h in index.search("training hangs after one rank crashes", limit=3, lines=False)}
+    assert next(iter(with_lines)) == "D20" and next(iter(without)) == "D20"
+    assert with_lines != without
+
+
+def test_every_synonym_target_is_stable():
+    from gpudoctor.kb.search import _SYNONYMS, tokenize
+
+    # a canonical word must come out of the tokenizer as itself, or "minute" and "minutes" would part ways
+    assert [v for v in set(_SYNONYMS.values()) if "-" not in v and tokenize(v) != [v]] == []
+
+
+@pytest.mark.parametrize("forms", [("save", "saves", "saved", "saving"), ("use", "uses", "used", "using"),
+                                   ("stop", "stops", "stopped", "stopping"), ("hang", "hangs", "hung", "hanging"),
+                                   ("freeze", "freezes", "freezing", "stuck"), ("kill", "killed", "crash")])
+def test_inflections_meet(forms):
+    from gpudoctor.kb.search import tokenize
+
+    assert len({tuple(tokenize(f)) for f in forms}) == 1, [tokenize(f) for f in forms]

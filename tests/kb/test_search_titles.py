@@ -33,18 +33,18 @@ def _split(ranked, *names):
 
 
 def test_most_titles_rank_their_entry_first(ranked):
-    # measured 84% (tune 85%, held 83%) on the first 100 titles; the floors sit well under it
-    assert _rate(_split(ranked, "tune", "held"), 1) >= 0.75
-    assert _rate(_split(ranked, "held"), 1) >= 0.70
+    # measured 92% (tune 97%, held 85%) on the first 100 titles; the floors sit well under it
+    assert _rate(_split(ranked, "tune", "held"), 1) >= 0.82
+    assert _rate(_split(ranked, "held"), 1) >= 0.72
 
 
 def test_nearly_all_titles_have_their_entry_in_the_top_three(ranked):
-    assert _rate(_split(ranked, "tune", "held"), 3) >= 0.92
+    assert _rate(_split(ranked, "tune", "held"), 3) >= 0.95  # measured 100%
 
 
 def test_second_held_set_generalises(ranked):
-    # 'held2' (48 titles collected after search was written, never used to tune it): measured top-1 79%,
-    # top-3 83% (bench/search_accuracy.py); the floors sit well under that
+    # 'held2' (48 titles collected after search was written, never used to tune it): measured before the
+    # search changes of 2026-11-24 at top-1 79%, top-3 83% (bench/search_accuracy.py); the floors sit well under
     held2 = _split(ranked, "held2")
     assert _rate(held2, 1) >= 0.65
     assert _rate(held2, 3) >= 0.70
