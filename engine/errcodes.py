@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.kb.record import record
 
 # ncclResult_t (nccl.h): value, name, the text ncclGetErrorString prints, what it usually means
 NCCL_RESULTS = (
@@ -69,7 +69,7 @@ _CUDA_NAME = _lazy(r"\b(cudaError\w+|CUDA_ERROR_\w+)\b")
 _CUDA_NUMBER = _lazy(r"(?:Cuda failure|CUDA error|cudaError|error code|code=|CUDA_ERROR)\D{0,12}?\b(\d{1,3})\b")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Meaning:
     code: str  # "ncclSystemError (2)", "cudaErrorInvalidDevice (101)"
     text: str  # what it usually means

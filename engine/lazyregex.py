@@ -23,7 +23,9 @@ class LazyRegex:
 
     def compiled(self) -> re.Pattern:
         if self._compiled is None:
-            self._compiled = re.compile(self.pattern, self.flags)
+            from gpudoctor.engine.regexcache import compile as compile_regex
+
+            self._compiled = compile_regex(self.pattern, self.flags)
         return self._compiled
 
     def match(self, text, pos: int = 0, endpos: int | None = None):

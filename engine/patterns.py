@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Iterable
 
+from gpudoctor.engine.regexcache import compile as compile_regex
 from gpudoctor.kb.model import Entry, Signature
+from gpudoctor.kb.record import record
 
 STRUCT = "@"  # owner of structural patterns, which no entry owns
 
@@ -33,7 +34,7 @@ STRUCTURAL = {  # name: (regex, literals one of which every match contains; a te
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pattern:
     index: int  # the id hyperscan reports
     owner: str  # an entry id, or STRUCT
@@ -66,7 +67,7 @@ class PatternSet:
         if index not in cache:
             p = self.patterns[index]
             flags = re.MULTILINE | (re.IGNORECASE if p.caseless else 0)
-            cache[index] = re.compile(prefilter_regex(p.regex).encode("utf-8"), flags)
+            cache[index] = compile_regex(prefilter_regex(p.regex).encode("utf-8"), flags)
         return cache[index]
 
     def regex(self, index: int) -> re.Pattern:
@@ -74,7 +75,7 @@ class PatternSet:
         compiled = self._compiled[index]
         if compiled is None:
             p = self.patterns[index]
-            compiled = self._compiled[index] = re.compile(p.regex, re.IGNORECASE if p.caseless else 0)
+            compiled = self._compiled[index] = compile_regex(p.regex, re.IGNORECASE if p.caseless else 0)
         return compiled
 
     @classmethod

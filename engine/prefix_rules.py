@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Callable
 
 from gpudoctor.engine.lazyregex import LazyRegex
 from gpudoctor.engine.timefmt import GLOG_TIME, ISO, MONTHS, epoch, seconds_of_day
+from gpudoctor.kb.record import record
 
 _LEVELS = {
     "TRACE": "TRACE", "DEBUG": "DEBUG", "D": "DEBUG",
@@ -19,7 +19,7 @@ _LEVEL_WORD = r"(TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL)"
 
 # Handlers write what a prefix says into a plain dict that becomes the LinePrefix's
 # instance dict (see _make): only fields that were read are stored, the rest fall back
-# to the dataclass defaults, which live on the class.
+# to the record defaults, which live on the class.
 Acc = dict
 SCORE = "_ts_score"  # private key, removed before the dict becomes a LinePrefix
 
@@ -200,7 +200,7 @@ def _h_nothing(m: re.Match[str], acc: Acc) -> None:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Rule:
     """One kind of prefix: its regex, what it reads, and where it may stand."""
 

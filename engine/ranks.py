@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.gating import is_gated_function, is_rank0_branch
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.patterns import LOST_PEER, STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit
+from gpudoctor.kb.record import field, record
 
 _INIT_RANK = _lazy(r"\brank (\d+) nranks (\d+)\b")
 _TIMEOUT = _lazy(r"Watchdog caught|[Tt]imed out|[Tt]imeout|timing out|DEADLINE_EXCEEDED")
@@ -28,7 +28,7 @@ _STEP_COLLECTIVES = {"backward", "all_reduce", "reduce_scatter", "reduce_scatter
                      "all_gather_into_tensor", "broadcast"}
 
 
-@dataclass
+@record
 class RankReport:
     rank: int
     sources: list[str] = field(default_factory=list)
@@ -71,7 +71,7 @@ def classify(text: str) -> str:
     return "crash"
 
 
-@dataclass
+@record
 class _State:
     reports: dict[int, RankReport] = field(default_factory=dict)
     signals: dict[str, list[tuple[str, Hit]]] = field(default_factory=dict)

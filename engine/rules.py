@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
 
 from gpudoctor.engine.findings import Evidence, Finding
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.kb.record import record, replace
 
 RULE_SCORE = 0.9  # a rule reads the frames themselves: as strong as a specific signature
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     entry: str
     rule: str  # slug, shown as the evidence's signature: "rule:zero-init-oom"

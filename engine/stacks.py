@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.kb.record import record
 
 _PYSPY_PROCESS = _lazy(r"^Process (\d+): (.*)$")
 _PYSPY_THREAD = _lazy(r"^Thread (?:0x)?[0-9A-Fa-f]+ \((?:idle|active|gil)[^)]*\)(?:: \"([^\"]*)\")?")
@@ -15,14 +15,14 @@ _RANK_IN_CMD = _lazy(r"(?:--local[-_]rank[= ]|\bRANK=|\brank[= ])(\d+)")
 HINTS = ("(most recent call first)", " (idle)", " (active)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StackFrame:
     function: str
     file: str
     line: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProcessStack:
     """The stack of one process's most telling thread, innermost frame first."""
 

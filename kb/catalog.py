@@ -5,13 +5,13 @@ import os
 import pickle
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpudoctor.kb.model import SECTIONS, Entry
+from gpudoctor.kb.record import field, record
 
 BUILTIN_DIR = Path(__file__).resolve().parent
-CACHE_FORMAT = 8  # bump when Entry, the index or this file's cache layout changes
+CACHE_FORMAT = 9  # bump when Entry, the index or this file's cache layout changes
 _ID_PARTS = re.compile(r"^\s*([A-Za-z]+)[\s_-]*0*([0-9]+)\s*$")
 
 
@@ -30,7 +30,7 @@ def id_sort_key(entry: Entry) -> tuple:
     return (section, prefix, number)
 
 
-@dataclass
+@record
 class Catalog:
     entries: dict[str, Entry]
     problems: list[str] = field(default_factory=list)
