@@ -1,14 +1,16 @@
 """Diagnose a failed run: scan every source, score catalogue entries, follow the ranks, read flight dumps."""
 from __future__ import annotations
 
-from typing import BinaryIO, Callable
-
 from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
 from gpudoctor.engine.patterns import STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit, Scanner, SourceScan
 from gpudoctor.engine.sources import InputError, Source, open_source
 from gpudoctor.engine.stacks import looks_like_dump
 from gpudoctor.kb.record import field, record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import BinaryIO, Callable
 
 SCHEMA = "gpudoctor.diagnosis/2"
 HYPERSCAN_FROM_BYTES = 8 << 20

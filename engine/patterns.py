@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import re
-from typing import Iterable
 
+from gpudoctor.engine.lazyregex import LazyRegex
 from gpudoctor.engine.regexcache import compile as compile_regex
 from gpudoctor.kb.model import Entry, Signature
 from gpudoctor.kb.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import Iterable
 
 STRUCT = "@"  # owner of structural patterns, which no entry owns
 
@@ -118,4 +122,7 @@ def prefilter_regex(regex: str) -> str:
     """The regex as the compiled engines read whole blocks: a superset of the per-line Python match."""
     # Python verifies each line's text with its prefixes stripped, so a leading ^ means "start of
     # the body", which hyperscan cannot see in the raw line: drop it to keep a superset.
-    return re.sub(r"^((?:\(\?[a-zA-Z]+\))?)\^", r"\1", regex)
+    return _LEADING_CARET.sub(r"\1", regex)
+
+
+_LEADING_CARET = LazyRegex(r"^((?:\(\?[a-zA-Z]+\))?)\^")

@@ -101,7 +101,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
         both.update({k: (t, "cut-traceback") for k, t in cut.items()})
     for (file, line), (text, kind) in sorted(both.items()):
         body = " ".join(parse_prefix(text).body.split())
-        key = re.sub(r"\d+", "0", body)[:200]
+        key = _DIGITS.sub("0", body)[:200]
         if not body or key in seen or _FRAME_LINE.match(body):
             continue
         seen.add(key)

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import re
-from typing import Callable
 
 from gpudoctor.engine.lazyregex import LazyRegex
 from gpudoctor.engine.timefmt import GLOG_TIME, ISO, MONTHS, epoch, seconds_of_day
 from gpudoctor.kb.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import Callable
 
 _LEVELS = {
     "TRACE": "TRACE", "DEBUG": "DEBUG", "D": "DEBUG",
@@ -176,7 +179,7 @@ def _h_vllm(m: re.Match[str], acc: Acc) -> None:
     _first(acc, "source", f"{m.group(8)}:{m.group(9)}")
 
 
-_KV = re.compile(r"(\w+)=([^\s,()]+)", re.ASCII)
+_KV = LazyRegex(r"(\w+)=([^\s,()]+)", re.ASCII)
 
 
 def _h_actor(m: re.Match[str], acc: Acc) -> None:

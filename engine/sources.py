@@ -5,10 +5,13 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import BinaryIO
 
 from gpudoctor.engine.lazyregex import LazyRegex
 from gpudoctor.kb.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import BinaryIO
 
 __all__ = ["InputError", "Source", "resolve", "open_source", "codec_of", "rank_hints", "stdin_is_terminal",
            "GZIP_MAGIC"]

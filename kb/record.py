@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from operator import attrgetter
 
-__all__ = ["FrozenInstanceError", "field", "fields", "record", "replace"]
+__all__ = ["FrozenInstanceError", "asdict", "field", "fields", "record", "replace"]
 
 _MISSING = object()
 
@@ -61,6 +61,24 @@ def replace(obj, /, **changes):
     return type(obj)(**changes)
 
 
+def asdict(obj):
+    """Plain data for JSON: records and dataclasses become dicts, recursively through lists, tuples and dicts."""
+    names = getattr(type(obj), "__record_fields__", None)
+    if names is not None:
+        return {name: asdict(getattr(obj, name)) for name in names}
+    if hasattr(type(obj), "__dataclass_fields__"):
+        import dataclasses
+
+        return {f.name: asdict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
+        return type(obj)(*map(asdict, obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(asdict(x) for x in obj)
+    if isinstance(obj, dict):
+        return {asdict(k): asdict(v) for k, v in obj.items()}
+    return obj
+
+
 def _build(cls, frozen: bool):
     if any(hasattr(base, "__record_fields__") for base in cls.__mro__[1:]):
         raise TypeError(f"{cls.__name__}: a record cannot extend another record")
@@ -77,10 +95,14 @@ def _build(cls, frozen: bool):
                 setattr(cls, name, value.default)  # read by instances whose __dict__ lacks it, as dataclasses do
         else:
             specs.append((name, value, _MISSING, True, True))
+    with_default = [s[1] is not _MISSING or s[2] is not _MISSING for s in specs]
+    if any(a and not b for a, b in zip(with_default, with_default[1:])):
+        first = next(s[0] for i, s in enumerate(specs) if i and with_default[i - 1] and not with_default[i])
+        raise TypeError(f"{cls.__name__}: field {first!r} without a default follows one with a default")
     names = tuple(s[0] for s in specs)
     cls.__record_fields__ = names
     cls.__match_args__ = names
-    cls.__init__ = _make_init(cls, specs)
+    cls.__init__ = _first_init(cls, specs)
     compared = tuple(s[0] for s in specs if s[4])
     shown = tuple(s[0] for s in specs if s[3])
     key = (lambda obj: ()) if not compared else _tuple_getter(compared)
@@ -119,6 +141,18 @@ def _build(cls, frozen: bool):
 def _tuple_getter(names: tuple[str, ...]):
     get = attrgetter(*names)
     return get if len(names) > 1 else (lambda obj: (get(obj),))
+
+
+def _first_init(cls, specs):
+    """An __init__ that generates the real one on the first call: classes that only ever come out of a
+    pickle (the catalogue's) never pay for compiling it."""
+
+    def __init__(self, *args, **kwargs):
+        init = cls.__init__ = _make_init(cls, specs)
+        init(self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    return __init__
 
 
 def _make_init(cls, specs):

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Iterable
 
 from gpudoctor.kb.model import Entry
+from gpudoctor.kb.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import Iterable
 
 # How much a hit in each field counts: users describe what they see, so symptoms,
 # titles and the exact error text outrank the explanation of the cause.
@@ -117,14 +120,14 @@ def _entry_fields(entry: Entry) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Hit:
     id: str
     score: float  # 0..1, relative to a perfect match of every query term
     matched: tuple[str, ...]  # query terms that matched, as the user typed them
 
 
-@dataclass
+@record
 class SearchIndex:
     ids: list[str]
     # per field: list (per entry) of {term: count}, and field lengths
