@@ -11,8 +11,8 @@ import pytest
 DATA = Path(__file__).parent / "data" / "logs"
 # Each of these cost `diagnose` milliseconds at start-up and none is needed for a small log.
 NEVER = ["dataclasses", "inspect", "yaml", "rich", "textual", "torch", "hyperscan", "re2", "importlib.metadata",
-         "multiprocessing", "concurrent.futures", "gpudoctor.kb.loader", "gpudoctor.engine.parallel",
-         "gpudoctor.engine.flight", "gpudoctor.engine.fixes", "gpudoctor.engine.lint"]
+         "multiprocessing", "concurrent.futures", "shutil", "pickle", "gpudoctor.kb.loader", "gpudoctor.kb.mdblocks",
+         "gpudoctor.engine.parallel", "gpudoctor.engine.flight", "gpudoctor.engine.fixes", "gpudoctor.engine.lint"]
 # only the possible tier (no signature matched) needs the search index, and rapidfuzz, which imports typing
 MATCH_ONLY = ["typing", "rapidfuzz", "gpudoctor.kb.search"]
 # regexes that argparse, gettext, locale, pickle, textwrap (the report) and the catalogue's id parser compile
@@ -67,3 +67,22 @@ def test_a_traceback_without_a_match_loads_no_dataclasses_either():
     assert "gpudoctor.engine.tracebacks" in loaded and "gpudoctor.kb.search" in loaded
     assert not loaded & set(NEVER), sorted(loaded & set(NEVER))
     assert warm["parses"] <= WARM_PARSES_MAX + 6, warm["parses"]  # rapidfuzz and the search compile a few
+
+
+def test_the_catalogue_cache_leaves_the_parsed_markdown_to_its_own_file(monkeypatch):
+    from gpudoctor.kb import catalog as catalog_module
+    from gpudoctor.kb import mdblocks
+
+    first = catalog_module.load_catalog()  # builds and writes the caches (the test's own cache folder)
+    entry = first.get("D8")
+    expected = first.blocks(entry)
+    stored_fp, stored = catalog_module._read_cache(catalog_module._cache_path())
+    assert stored.rendered == {} and stored.index is None  # diagnose unpickles neither
+    later = catalog_module.load_catalog()
+    assert later.rendered == {}
+
+    def no_parsing(text):
+        raise AssertionError("parsed again instead of read from rendered.pickle")
+
+    monkeypatch.setattr(mdblocks, "parse_blocks", no_parsing)
+    assert later.blocks(entry) == expected
