@@ -185,9 +185,24 @@ class SearchIndex:
         n, df = len(self.ids), self.df.get(term, 0)
         return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
-    def search(self, query: str, limit: int = 10) -> list[Hit]:
-        from rapidfuzz import fuzz
+    def _phrase_scores(self, q_lower: str) -> dict[int, float]:
+        """Entry index -> its best fuzz.partial_ratio against the query, where that is 85 or more: one call into
+        rapidfuzz's C loop, whose cut-off also lets it give up early on hopeless phrases."""
+        from rapidfuzz import fuzz, process
 
+        owners, phrases = [], []
+        for i, entry_phrases in enumerate(self.phrases):
+            for phrase in entry_phrases:
+                if len(phrase) >= 12:
+                    owners.append(i)
+                    phrases.append(phrase)
+        best: dict[int, float] = {}
+        for _phrase, score, k in process.extract(q_lower, phrases, scorer=fuzz.partial_ratio, score_cutoff=85,
+                                                 limit=None):
+            best[owners[k]] = max(best.get(owners[k], 0.0), score)
+        return best
+
+    def search(self, query: str, limit: int = 10) -> list[Hit]:
         terms = list(dict.fromkeys(tokenize(query)))
         if not terms:
             return []
@@ -195,6 +210,7 @@ class SearchIndex:
         q_pairs = list(zip(terms, terms[1:]))
         q_lower = query.lower().strip()
         best_possible = sum(max((self._idf(v) for v, _ in expanded[t]), default=0.0) for t in terms) or 1.0
+        phrase_scores = self._phrase_scores(q_lower) if len(q_lower) >= 12 else {}
         scores: list[tuple[float, int, tuple[str, ...]]] = []
         for i in range(len(self.ids)):
             total, matched = 0.0, []
@@ -217,10 +233,9 @@ class SearchIndex:
             # terms adjacent in the query and in the entry: "address already", "docker0 nccl"
             total += 0.6 * sum(self._idf(a) for a, b in q_pairs if (a, b) in self.bigrams[i])
             # a pasted error message or a near-verbatim symptom
-            if len(q_lower) >= 12:
-                phrase = max((fuzz.partial_ratio(q_lower, p) for p in self.phrases[i] if len(p) >= 12), default=0)
-                if phrase >= 85:
-                    total += best_possible * (phrase - 80) / 20.0
+            phrase = phrase_scores.get(i, 0)
+            if phrase >= 85:
+                total += best_possible * (phrase - 80) / 20.0
             coverage = len(matched) / len(terms)
             scores.append((total * (0.5 + 0.5 * coverage), i, tuple(matched)))
         scores.sort(key=lambda s: (-s[0], s[1]))
