@@ -5,7 +5,8 @@
 remembers the program (the opcode list `re` hands to its C engine); later runs hand the stored program
 straight to the engine, which checks it (a damaged program is refused and the pattern parsed again). The
 table is keyed by the interpreter's exact version, written once at exit when it grew, and skipped with
-GPUDOCTOR_NO_CACHE. Anything unexpected (another Python's `re` internals) falls back to `re.compile`.
+GPUDOCTOR_NO_CACHE. Anything unexpected (another Python's `re` internals) falls back to `re.compile`. The
+file lives beside the catalogue's pickle cache and is trusted as that one is (both are the user's own).
 """
 from __future__ import annotations
 
@@ -99,8 +100,10 @@ def _load() -> dict:
 
 def _remember(key, program) -> None:
     global _added
-    if _table is None or len(_table) >= MAX_ENTRIES:
+    if _table is None:
         return
+    if len(_table) >= MAX_ENTRIES:  # full of patterns from catalogues long gone: start again
+        _table.clear()
     _table[key] = program
     _added += 1
     if _added == 1:

@@ -66,6 +66,13 @@ def test_a_damaged_table_or_program_falls_back_to_parsing(fresh):
     assert regexcache.compile(r"ab+c", 0).search("xabbbc").group() == "abbbc"
 
 
+def test_a_full_table_starts_again(fresh, monkeypatch):
+    monkeypatch.setattr(regexcache, "MAX_ENTRIES", 3)
+    for n in range(5):
+        regexcache.compile(f"x{{{n + 1}}}", 0)
+    assert len(regexcache._table) <= 3 and ("x{5}", 0) in regexcache._table
+
+
 def test_bad_patterns_raise_re_error_and_no_cache_writes_nothing(fresh, monkeypatch, tmp_path):
     with pytest.raises(re.error):
         regexcache.compile(r"(unbalanced", 0)
