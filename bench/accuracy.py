@@ -102,9 +102,8 @@ def evaluate_cases(cases: list[dict], catalog=None, use_hyperscan: bool = True) 
 
 def _without_signatures(catalog):
     """The same catalogue with no signatures: what the possible tier alone makes of a log."""
-    from dataclasses import replace
-
     from gpudoctor.kb.catalog import Catalog
+    from gpudoctor.kb.record import replace
 
     bare = Catalog({eid: replace(e, signatures=()) for eid, e in catalog.entries.items()})
     bare.index = catalog.search_index()

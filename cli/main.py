@@ -33,8 +33,38 @@ environment: NO_COLOR disables colour; GPUDOCTOR_KB adds runbook folders
 """
 
 
+def _columns() -> int:
+    """shutil.get_terminal_size().columns ($COLUMNS, else the terminal's width, else 80) without importing
+    shutil, which brings bz2, lzma and zlib: argparse sizes a formatter for every argument it adds."""
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Sized:
+    def __init__(self, prog, indent_increment=2, max_help_position=24, width=None):
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
+class _PlainFormatter(_Sized, argparse.HelpFormatter):
+    pass
+
+
+class _RawFormatter(_Sized, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
 def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     g = common.add_argument_group("common options")
     g.add_argument("--kb", metavar="DIR", action="append", default=[],
                    help="add or override entries from a folder of YAML runbooks (repeatable; also GPUDOCTOR_KB)")
@@ -46,6 +76,10 @@ def _common() -> argparse.ArgumentParser:
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _PlainFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # argparse's own exit code for usage errors is 2, as ours
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"gpudoctor: error: {message}\n")
@@ -55,7 +89,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser; with `only`, the other commands are named but their modules not imported
     (start-up time: each command imports what it needs)."""
     parser = _Parser(prog="gpudoctor", description=DESCRIPTION,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                     formatter_class=_RawFormatter)
     parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = _common()
@@ -65,7 +99,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"gpudoctor.commands.{module_name}")
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
-                           parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter)
+                           parents=[common], formatter_class=_RawFormatter)
         module.add_arguments(p)
         p.set_defaults(_module=module)
     return parser

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing on every run
 
 if TYPE_CHECKING:
     from typing import TextIO

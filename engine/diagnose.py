@@ -1,21 +1,23 @@
 """Diagnose a failed run: scan every source, score catalogue entries, follow the ranks, read flight dumps."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import BinaryIO, Callable
-
 from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
 from gpudoctor.engine.patterns import STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit, Scanner, SourceScan
 from gpudoctor.engine.sources import InputError, Source, open_source
 from gpudoctor.engine.stacks import looks_like_dump
+from gpudoctor.kb.record import field, record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import BinaryIO, Callable
 
 SCHEMA = "gpudoctor.diagnosis/2"
 HYPERSCAN_FROM_BYTES = 8 << 20
 CAPTURE_TOTAL = 16 << 20  # characters of small inputs kept whole for rules and possible causes
 
 
-@dataclass
+@record
 class InputSummary:
     name: str
     bytes: int
@@ -27,7 +29,7 @@ class InputSummary:
     huge_lines: bool = False  # lines of 512 KiB or more
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Diagnosis:
     findings: list[Finding]
     ranks: list  # list[gpudoctor.engine.ranks.RankReport]

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import re
 
+from gpudoctor.engine.lazyregex import LazyRegex
+from gpudoctor.engine.regexcache import compile as compile_regex
+
 __all__ = ["ANSI_PATTERN", "strip_ansi", "strip_ansi_bytes", "visible_text", "clean_for_display", "line_ending_len"]
 
 # CSI (colours, cursor moves), OSC (titles, hyperlinks), the two-byte escapes, and a stray ESC on
 # its own: removing every ESC means removal cannot splice a new sequence. An OSC never runs past a
 # newline, so the same pattern strips whole blocks of lines without changing their line count.
 ANSI_PATTERN = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[@-Z\\-_])?"
-_ANSI = re.compile(ANSI_PATTERN)
+_ANSI = LazyRegex(ANSI_PATTERN)
 _ANSI_BYTES: re.Pattern[bytes] | None = None  # compiled when a block first holds an ESC
 
 
@@ -24,7 +27,7 @@ def strip_ansi_bytes(data: bytes | bytearray) -> bytes:
     """strip_ansi for raw bytes (a block of lines; newlines are never removed)."""
     global _ANSI_BYTES
     if _ANSI_BYTES is None:
-        _ANSI_BYTES = re.compile(ANSI_PATTERN.encode("ascii"))
+        _ANSI_BYTES = compile_regex(ANSI_PATTERN.encode("ascii"))
     return _ANSI_BYTES.sub(b"", data)
 
 

@@ -22,8 +22,9 @@ def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offse
         import re
 
         from gpudoctor.engine.patterns import prefilter_regex
+        from gpudoctor.engine.regexcache import compile as compile_regex
 
-        loose = re.compile(prefilter_regex(p.regex), re.IGNORECASE if p.caseless else 0)
+        loose = compile_regex(prefilter_regex(p.regex), re.IGNORECASE if p.caseless else 0)
     for pos in offsets:
         start = block.rfind(b"\n", 0, pos) + 1
         nl = block.find(b"\n", pos, end)

@@ -1,8 +1,6 @@
 """The multi-pattern engines a scan can use, which are installed, and the one to pick."""
 from __future__ import annotations
 
-from typing import Protocol
-
 from gpudoctor.engine.patterns import PatternSet
 
 __all__ = ["ENGINES", "Candidates", "Matcher", "available", "best", "make_matcher"]
@@ -14,7 +12,10 @@ ENGINES = ("hyperscan", "re2", "python")
 Candidates = dict[int, tuple[set[int], int]]
 
 
-class Matcher(Protocol):
+class Matcher:
+    """What every engine's matcher offers (an interface by shape: none subclasses this; no typing.Protocol, whose
+    import costs start-up)."""
+
     name: str
 
     def candidates(self, block: bytearray | bytes, end: int) -> Candidates:

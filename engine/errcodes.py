@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.kb.record import record
 
 # ncclResult_t (nccl.h): value, name, the text ncclGetErrorString prints, what it usually means
 NCCL_RESULTS = (
@@ -73,21 +75,21 @@ IB_COMPLETION = {
     13: ("IBV_WC_RNR_RETRY_EXC_ERR", "receiver-not-ready retries exceeded: the peer did not post its receives in "
          "time, usually a stalled or dead peer"),
 }
-_IB_STATUS = re.compile(r"Got completion from peer \S{1,120} with (?:error |status=)(\d{1,3})\b")
+_IB_STATUS = _lazy(r"Got completion from peer \S{1,120} with (?:error |status=)(\d{1,3})\b")
 
 _CUDA_BY_NAME = {name: (num, name, msg, why) for num, (name, msg, why) in CUDA_ERRORS.items()}
 _CUDA_BY_MESSAGE = {msg.lower(): (num, name, msg, why) for num, (name, msg, why) in CUDA_ERRORS.items()
                     if num not in (1, 2)}  # "invalid argument" and "out of memory" are too common to read alone
 
-_NCCL_NAME = re.compile(r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|"
+_NCCL_NAME = _lazy(r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|"
                         r"RemoteError|InProgress))\b")
 # NCCL's INFO trace of a failing call: "transport/net.cc:1298 -> 6"
-_NCCL_TRACE = re.compile(r"\b[\w/]+\.(?:cc|h|cu|cpp):\d+ -> (\d)\b")
-_CUDA_NAME = re.compile(r"\b(cudaError\w+|CUDA_ERROR_\w+)\b")
-_CUDA_NUMBER = re.compile(r"(?:Cuda failure|CUDA error|cudaError|error code|code=|CUDA_ERROR)\D{0,12}?\b(\d{1,3})\b")
+_NCCL_TRACE = _lazy(r"\b[\w/]+\.(?:cc|h|cu|cpp):\d+ -> (\d)\b")
+_CUDA_NAME = _lazy(r"\b(cudaError\w+|CUDA_ERROR_\w+)\b")
+_CUDA_NUMBER = _lazy(r"(?:Cuda failure|CUDA error|cudaError|error code|code=|CUDA_ERROR)\D{0,12}?\b(\d{1,3})\b")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Meaning:
     code: str  # "ncclSystemError (2)", "cudaErrorInvalidDevice (101)"
     text: str  # what it usually means

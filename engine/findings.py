@@ -1,16 +1,15 @@
 """Score catalogue entries from matched signatures, and rank a cause above the timeout it produced."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gpudoctor.kb.model import Entry
+from gpudoctor.kb.record import field, record
 
 REPORT_MIN = 0.4  # below this an entry shares only weak or context lines with the log: not reported
 CONTEXT_GAIN = 0.5  # how far context lines can close the gap to 1
 MAX_EVIDENCE = 6
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Evidence:
     file: str
     line: int
@@ -18,7 +17,7 @@ class Evidence:
     signature: str  # which signature of the entry matched this line
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     id: str
     title: str
@@ -32,7 +31,7 @@ class Finding:
     tier: str = "match"  # "match": a signature or rule fired; "possible": only the failure lines' words agree
 
 
-@dataclass
+@record
 class SignatureHits:
     """Everything one signature matched across all sources: (file, Hit) pairs and a total count."""
 

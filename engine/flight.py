@@ -1,7 +1,7 @@
 """Cross-rank flight recorder analysis: the first collective a rank never joined, and mismatched op, size or dtype."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from gpudoctor.engine.flight_load import (
     MAX_DUMP_BYTES,
@@ -17,6 +17,7 @@ from gpudoctor.engine.flight_load import (
     parse_dump,
     rank_from_path,
 )
+from gpudoctor.kb.record import asdict
 
 __all__ = [
     "MAX_DUMP_BYTES", "SNIFF_BYTES", "Dump", "Record", "FlightError", "Frame", "PgConfig", "PgStatus",
@@ -385,6 +386,6 @@ def _summary(groups: tuple[GroupReport, ...], ranks: list[int], progress: tuple[
 
 def report_to_dict(report: FlightReport) -> dict:
     """Plain JSON-ready data for `--json` output."""
-    data = asdict(report)
+    data = asdict(report)  # (records inside, such as tracebacks.Frame, too)
     data["healthy"] = report.healthy
     return data

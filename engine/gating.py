@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import re
 
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+
 # user functions whose name says "only one rank is meant to be here": saving, evaluating, logging metrics,
 # exporting; whole words of a snake_case or camelCase name, so logits, catalog, latest or printer do not count
 _GATED_WORDS = (r"save|saving|saver|checkpoint|checkpointing|ckpt|eval|evaluate|evaluation|evaluator|validate|"
                 r"validation|valid|val|export|upload|push|wandb|tensorboard|rank0|rank_zero|main_process")
-_GATED_FUNCTION = re.compile(
+_GATED_FUNCTION = _lazy(
     r"(?:^|_)(?:" + _GATED_WORDS + r")(?:$|_)|^(?:log|write|report)_(?:metrics?|scalars?|stats|summary|results?|"
     r"images?|samples?)$|^on_(?:save|validation|evaluate)\w*$", re.IGNORECASE)
 # a source line that branches on being rank 0
-_RANK0_BRANCH = re.compile(r"rank(?:\(\))?\s*==\s*0|0\s*==\s*\w*rank|is_main_process|is_global_zero|is_local_main_process|"
+_RANK0_BRANCH = _lazy(r"rank(?:\(\))?\s*==\s*0|0\s*==\s*\w*rank|is_main_process|is_global_zero|is_local_main_process|"
                            r"is_world_process_zero|is_local_process_zero|local_rank\s+in\s+[\[(]-1,\s*0|rank\s*<=?\s*0|"
                            r"not\s+\w*rank\b|is_master|is_rank_?0|rank_zero_only|main_process_only|master_only")
 
@@ -20,7 +22,7 @@ _RANK0_BRANCH = re.compile(r"rank(?:\(\))?\s*==\s*0|0\s*==\s*\w*rank|is_main_pro
 # reached through it is one the other ranks never call. Lightning's `rank_zero_only` names it wrapped_fn in
 # lightning_utilities/core/rank_zero.py, lightning/fabric/utilities/rank_zero.py (2.x),
 # pytorch_lightning/utilities/rank_zero.py (1.6-1.9) and pytorch_lightning/utilities/distributed.py (1.0-1.5)
-_RANK_ZERO_WRAPPER_FILE = re.compile(r"(?:^|[/\\])(?:rank_zero\.py|pytorch_lightning[/\\]utilities[/\\]distributed\.py)$")
+_RANK_ZERO_WRAPPER_FILE = _lazy(r"(?:^|[/\\])(?:rank_zero\.py|pytorch_lightning[/\\]utilities[/\\]distributed\.py)$")
 
 
 def is_rank_zero_wrapper(file: str | None, function: str | None) -> bool:

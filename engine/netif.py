@@ -4,13 +4,14 @@ from __future__ import annotations
 import re
 
 from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 
 # "Bootstrap : Using eth0:10.0.0.1<0>", "NET/Socket : Using [0]docker0:172.17.0.2<0> [1]eth0:...",
 # NCCL 2.4 and older: "NET : Using interface lo:127.0.0.1<0>"
-_USING = re.compile(r"(?:Bootstrap|NET/Socket|NET)\s?:\s?Using (?:interface )?(.{1,2000})")
-_IFACE = re.compile(r"(?:\[\d{1,3}\])?([A-Za-z][\w.@-]{0,40}):[0-9A-Fa-f:.%\w-]{2,80}<\d+>")
+_USING = _lazy(r"(?:Bootstrap|NET/Socket|NET)\s?:\s?Using (?:interface )?(.{1,2000})")
+_IFACE = _lazy(r"(?:\[\d{1,3}\])?([A-Za-z][\w.@-]{0,40}):[0-9A-Fa-f:.%\w-]{2,80}<\d+>")
 # NCCL's own prefix: "host:pid:tid [dev] NCCL INFO"
-_NCCL_HOST = re.compile(r"(?:^|[\s\]])([\w.-]{1,253}):\d{1,10}:\d{1,10} \[\d{1,3}\] NCCL (?:INFO|WARN)", re.MULTILINE)
+_NCCL_HOST = _lazy(r"(?:^|[\s\]])([\w.-]{1,253}):\d{1,10}:\d{1,10} \[\d{1,3}\] NCCL (?:INFO|WARN)", re.MULTILINE)
 _VIRTUAL = (
     "docker", "virbr", "veth", "br-", "cni", "flannel", "cali", "tun", "tap", "vxlan", "weave", "kube-", "cilium",
     "lxc", "lxdbr", "podman", "vmnet", "vboxnet", "vnet", "zt", "tailscale", "wg", "dummy", "genev", "ovs-", "ip6tnl",

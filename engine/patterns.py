@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Iterable
 
+from gpudoctor.engine.lazyregex import LazyRegex
+from gpudoctor.engine.regexcache import compile as compile_regex
 from gpudoctor.kb.model import Entry, Signature
+from gpudoctor.kb.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import Iterable
 
 STRUCT = "@"  # owner of structural patterns, which no entry owns
 
@@ -38,7 +43,7 @@ STRUCTURAL = {  # name: (regex, literals one of which every match contains; a te
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pattern:
     index: int  # the id hyperscan reports
     owner: str  # an entry id, or STRUCT
@@ -71,7 +76,7 @@ class PatternSet:
         if index not in cache:
             p = self.patterns[index]
             flags = re.MULTILINE | (re.IGNORECASE if p.caseless else 0)
-            cache[index] = re.compile(prefilter_regex(p.regex).encode("utf-8"), flags)
+            cache[index] = compile_regex(prefilter_regex(p.regex).encode("utf-8"), flags)
         return cache[index]
 
     def regex(self, index: int) -> re.Pattern:
@@ -79,7 +84,7 @@ class PatternSet:
         compiled = self._compiled[index]
         if compiled is None:
             p = self.patterns[index]
-            compiled = self._compiled[index] = re.compile(p.regex, re.IGNORECASE if p.caseless else 0)
+            compiled = self._compiled[index] = compile_regex(p.regex, re.IGNORECASE if p.caseless else 0)
         return compiled
 
     @classmethod
@@ -122,4 +127,7 @@ def prefilter_regex(regex: str) -> str:
     """The regex as the compiled engines read whole blocks: a superset of the per-line Python match."""
     # Python verifies each line's text with its prefixes stripped, so a leading ^ means "start of
     # the body", which hyperscan cannot see in the raw line: drop it to keep a superset.
-    return re.sub(r"^((?:\(\?[a-zA-Z]+\))?)\^", r"\1", regex)
+    return _LEADING_CARET.sub(r"\1", regex)
+
+
+_LEADING_CARET = LazyRegex(r"^((?:\(\?[a-zA-Z]+\))?)\^")

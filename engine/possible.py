@@ -4,28 +4,29 @@ from __future__ import annotations
 import re
 
 from gpudoctor.engine.findings import Evidence, Finding
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 
 # a line that says something went wrong; the scanner's structural hits (exceptions, NCCL WARN,
 # watchdog and gloo timeouts, signals, lost peers) count without it
-_FAILURE = re.compile(
+_FAILURE = _lazy(
     r"\b(?:[A-Za-z]*(?:Error|Exception)|error|ERROR|fail(?:ed|ure|s)|FAIL(?:ED)?|fatal|FATAL|abort(?:ed|ing)?|"
     r"timed out|time ?out|timeout|[Kk]illed|exit ?code|exitcode|return code|refused|denied|invalid|[Uu]nable to|"
     r"[Cc]annot|can't|not found|[Nn]o such|mismatch(?:ed)?|unrecognized|deadlock|WARN|not permitted|"
     r"not supported|[Ee]xpected)\b"
 )
-_COMMAND = re.compile(r"\s*(?:\$|\+|>>>|#|\w+@[\w.-]+:\S*[$#])\s")  # an echoed command line, not its output
-_WARNING = re.compile(r"\b(?:WARNING|Warning|warning|[A-Z]\w*Warning)\b")
+_COMMAND = _lazy(r"\s*(?:\$|\+|>>>|#|\w+@[\w.-]+:\S*[$#])\s")  # an echoed command line, not its output
+_WARNING = _lazy(r"\b(?:WARNING|Warning|warning|[A-Z]\w*Warning)\b")
 # launcher bookkeeping around a failure: it proves there was one but says nothing about which
-_BOOKKEEPING = re.compile(
+_BOOKKEEPING = _lazy(
     r"ChildFailedError|Root Cause \(first observed failure\)|^\s*(?:exitcode|error_file|traceback|rank|host|time)\s*:|"
     r"To enable traceback see|torch\.distributed\.elastic\.multiprocessing\.errors|FAILED\s*$|"
     r"Sending process \d+ closing signal|^\s*\[\d+\]:\s*$|failures:\s*$|Setting OMP_NUM_THREADS|"
     r"^\s*warnings\.warn\(|^\s*\*{8,}|FutureWarning|DeprecationWarning|TORCHELASTIC_ENABLE_FILE_TIMER|"
     r"TORCHELASTIC_HEALTH_CHECK_PORT|FAILED with no error file|Decorate your entrypoint|rdzv_configs\s*:"
 )
-_FRAME_LINE = re.compile(r'\s*(?:\[[^\]]{1,40}\]:?\s*)?(?:File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
+_FRAME_LINE = _lazy(r'\s*(?:\[[^\]]{1,40}\]:?\s*)?(?:File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
 # errors of the script or its environment, not of distributed training: a guess from their words stays faint
-_ELSEWHERE = re.compile(r"\b(?:ModuleNotFoundError|ImportError|SyntaxError|IndentationError|NameError|"
+_ELSEWHERE = _lazy(r"\b(?:ModuleNotFoundError|ImportError|SyntaxError|IndentationError|NameError|"
                         r"FileNotFoundError|UnicodeDecodeError|JSONDecodeError|PermissionError|IsADirectoryError)\b|"
                         r"\bNo module named\b|\bloss (?:is )?nan\b|\bNaN or Inf found\b", re.IGNORECASE)
 _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
@@ -103,7 +104,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
         both.update({k: (t, "cut-traceback") for k, t in cut.items()})
     for (file, line), (text, kind) in sorted(both.items()):
         body = " ".join(parse_hit_prefix(text).body.split())
-        key = re.sub(r"\d+", "0", body)[:200]
+        key = _DIGITS.sub("0", body)[:200]
         if not body or key in seen or _FRAME_LINE.match(body):
             continue
         seen.add(key)
@@ -115,7 +116,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
 _LITERALS = ("error", "exception", "fail", "fatal", "abort", "timed out", "timeout", "time out", "killed", "exit code",
              "exitcode", "return code", "refused", "denied", "invalid", "unable to", "cannot", "can't", "not found",
              "no such", "mismatch", "unrecognized", "deadlock", "warn", "not permitted", "not supported", "expected")
-_DIGITS = re.compile(r"\d+")
+_DIGITS = _lazy(r"\d+")
 MAX_SHAPES = 4000  # distinct failure-line shapes kept per run (a log that warns on every step repeats itself)
 MAX_CANDIDATES = 200_000  # literal hits looked at per text
 
@@ -161,19 +162,19 @@ def _failure_lines_in(text: str, shapes: set[str]):
 
 
 # a Python frame (plain, IPython, Rich) or a C++ frame, and the function it names
-_PY_FRAME = re.compile(r'(?:File "[^"]+", line \d+,? in |File [^\s"]+\.py:\d+, in |[\w./\\-]+\.py:\d+ in )([\w.<>]+)')
-_CPP_FRAME = re.compile(r"frame #\d+: (?:c10d::|c10::|torch::)([\w:]+)")
+_PY_FRAME = _lazy(r'(?:File "[^"]+", line \d+,? in |File [^\s"]+\.py:\d+, in |[\w./\\-]+\.py:\d+ in )([\w.<>]+)')
+_CPP_FRAME = _lazy(r"frame #\d+: (?:c10d::|c10::|torch::)([\w:]+)")
 # names that say nothing (their source line may: the call a constructor or main made) ...
-_NOISE_FN = re.compile(r"^(?:<module>|main|__call__|__init__|run|_run|launch|.*::operator\(\))$")
+_NOISE_FN = _lazy(r"^(?:<module>|main|__call__|__init__|run|_run|launch|.*::operator\(\))$")
 # ... and wrappers, whose source line is the wrapping machinery itself ("return next(self.gen)")
-_WRAPPER_FN = re.compile(r"^(?:__enter__|__exit__|_call_impl|_wrapped_call_impl|wrapper|inner|<lambda>|decorate_context|"
+_WRAPPER_FN = _lazy(r"^(?:__enter__|__exit__|_call_impl|_wrapped_call_impl|wrapper|inner|<lambda>|decorate_context|"
                          r"wrapped|new_func|_fn)$")
 # faulthandler's dump frame (dump_frame() in Python/traceback.c: '  File "%U", line %d in %U', no comma before "in")
-_DUMP_FRAME = re.compile(r'^\s*File "[^"]+", line \d+ in \w+', re.MULTILINE)
+_DUMP_FRAME = _lazy(r'^\s*File "[^"]+", line \d+ in \w+', re.MULTILINE)
 FRAMES_KEPT = 3  # innermost frames that name where a cut traceback stopped
 
 
-_BAR = re.compile(r"\s*\d+%\|.*$|[\d/:<>,.\s]+(?:\[[^\]]*\])?\s*$")
+_BAR = _lazy(r"\s*\d+%\|.*$|[\d/:<>,.\s]+(?:\[[^\]]*\])?\s*$")
 
 
 def _doing(header: str) -> str:
@@ -199,11 +200,13 @@ def frames_query(lines: list[str]) -> str:
 
     lines = [parse_prefix(x).body for x in lines]
     for i in range(len(lines) - 1, -1, -1):
-        m = _PY_FRAME.search(lines[i]) or _CPP_FRAME.search(lines[i])
+        m = _PY_FRAME.search(lines[i])
+        python_frame = m is not None  # (not `m.re is _PY_FRAME`: a lazy regex's match names the compiled one)
+        m = m or _CPP_FRAME.search(lines[i])
         if m is None:
             continue
         fn = m.group(1).rsplit("::", 1)[-1]
-        code = lines[i + 1].strip(" │|") if m.re is _PY_FRAME and i + 1 < len(lines) else ""
+        code = lines[i + 1].strip(" │|") if python_frame and i + 1 < len(lines) else ""
         if code and (_PY_FRAME.search(code) or _CPP_FRAME.search(code)):
             code = ""
         if _WRAPPER_FN.match(fn) or (_NOISE_FN.match(fn) and not code):
@@ -214,9 +217,9 @@ def frames_query(lines: list[str]) -> str:
     return "; ".join(picked)
 
 
-_EXCEPTION_HEAD = re.compile(r"(?:^|\s)[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\s*:")
+_EXCEPTION_HEAD = _lazy(r"(?:^|\s)[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\s*:")
 # a line that starts a record of its own rather than carrying on the message above it
-_NEW_RECORD = re.compile(r"^\s*(?:$|\[|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d|[\w.-]+:\d+:\d+ \[|File |Traceback|frame #|#\d|"
+_NEW_RECORD = _lazy(r"^\s*(?:$|\[|\d{4}-\d\d-\d\d|\d\d:\d\d:\d\d|[\w.-]+:\d+:\d+ \[|File |Traceback|frame #|#\d|"
                          r"During handling|The above exception|Exception raised from|[A-Z][\w.]*(?:Error|Exception|Warning)\b|[A-Z]+\b:|"
                          r"(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)\b|\w+\.py:\d+|\S+ = |[-=*#]{4,}|\x1b|[\w ]*:?\s*\d+%\||"
                          r"(?:python\d?|torchrun|deepspeed|accelerate|srun|mpirun)\s)")
@@ -297,7 +300,7 @@ def aggregate(scores: list[float]) -> float:
 # a source path or file location ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]", "at ../torch/csrc/..."):
 # it names the file that printed the message, not the cause, and its directory words (distributed, launch, tcp)
 # match entries that merely mention them; the file's own name is kept (data_parallel.py does say DataParallel)
-_PATH = re.compile(r"(?:\b[A-Za-z]:)?(?:[\w.~+-]*[/\\])+([\w.+-]+?)(?::\d+)*:?(?=[\s\]),'\"]|$)")
+_PATH = _lazy(r"(?:\b[A-Za-z]:)?(?:[\w.~+-]*[/\\])+([\w.+-]+?)(?::\d+)*:?(?=[\s\]),'\"]|$)")
 
 
 def _file_name(m: re.Match) -> str:
@@ -318,20 +321,12 @@ def _specific_index(catalog):
         phrase's own weight, the summed IDF of its terms, instead of the whole query's, unless the phrase is nearly
         the whole line."""
 
-        def _phrase_bonus(self, q_lower: str, i: int, best_possible: float) -> float:
-            from rapidfuzz import fuzz
-
-            if len(q_lower) < 12:
-                return 0.0
-            best = 0.0
-            for p in self.phrases[i]:
-                if len(p) < 12:
-                    continue
-                ratio = fuzz.partial_ratio(q_lower, p)
-                if ratio >= 85:
-                    whole = len(p) >= WHOLE_PHRASE * len(q_lower)  # the line is the phrase: a pasted message
-                    weight = best_possible if whole else min(best_possible, self._mass(p))
-                    best = max(best, weight * (ratio - 80) / 20.0)
+        def _phrase_bonuses(self, q_lower: str, best_possible: float) -> dict[int, float]:
+            best: dict[int, float] = {}
+            for i, p, ratio in self._phrase_matches(q_lower):
+                whole = len(p) >= WHOLE_PHRASE * len(q_lower)  # the line is the phrase: a pasted message
+                weight = best_possible if whole else min(best_possible, self._mass(p))
+                best[i] = max(best.get(i, 0.0), weight * (ratio - 80) / 20.0)
             return best
 
         def _mass(self, phrase: str) -> float:

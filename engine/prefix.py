@@ -1,16 +1,16 @@
 """Strip the prefixes that launchers, loggers, NCCL and schedulers put before a log line, keeping what they say."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
 from gpudoctor.engine.display import line_ending_len, visible_text
 from gpudoctor.engine.prefix_rules import OUTER_KINDS, SCORE, STRONG, TS_KINDS, WEAK, Acc, Rule
+from gpudoctor.kb.record import record
 
 __all__ = ["LinePrefix", "parse_prefix", "parse_hit_prefix", "MAX_PREFIXES"]
 
 
-@dataclass(frozen=True)  # no slots: parse_prefix installs __dict__ in one step (see _make)
+@record(frozen=True)  # no slots: parse_prefix installs __dict__ in one step (see _make)
 class LinePrefix:
     """What the prefixes of one log line said, and the text left after them.
 
@@ -88,9 +88,9 @@ _set = object.__setattr__
 
 
 def _make(values: dict) -> LinePrefix:
-    # A frozen dataclass __init__ costs one object.__setattr__ per field (17 here); installing
+    # A generated __init__ costs one store per field (17 here); installing
     # the instance dict in one step is several times cheaper and the result is just as frozen.
-    # Fields missing from `values` read as their defaults, which dataclass keeps on the class.
+    # Fields missing from `values` read as their defaults, which a record keeps on the class.
     obj = _new(LinePrefix)
     _set(obj, "__dict__", values)
     return obj

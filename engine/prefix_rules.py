@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Callable
 
 from gpudoctor.engine.lazyregex import LazyRegex
 from gpudoctor.engine.timefmt import GLOG_TIME, ISO, MONTHS, epoch, seconds_of_day
+from gpudoctor.kb.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import Callable
 
 _LEVELS = {
     "TRACE": "TRACE", "DEBUG": "DEBUG", "D": "DEBUG",
@@ -19,7 +22,7 @@ _LEVEL_WORD = r"(TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL)"
 
 # Handlers write what a prefix says into a plain dict that becomes the LinePrefix's
 # instance dict (see _make): only fields that were read are stored, the rest fall back
-# to the dataclass defaults, which live on the class.
+# to the record defaults, which live on the class.
 Acc = dict
 SCORE = "_ts_score"  # private key, removed before the dict becomes a LinePrefix
 
@@ -176,7 +179,7 @@ def _h_vllm(m: re.Match[str], acc: Acc) -> None:
     _first(acc, "source", f"{m.group(8)}:{m.group(9)}")
 
 
-_KV = re.compile(r"(\w+)=([^\s,()]+)", re.ASCII)
+_KV = LazyRegex(r"(\w+)=([^\s,()]+)", re.ASCII)
 
 
 def _h_actor(m: re.Match[str], acc: Acc) -> None:
@@ -200,7 +203,7 @@ def _h_nothing(m: re.Match[str], acc: Acc) -> None:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Rule:
     """One kind of prefix: its regex, what it reads, and where it may stand."""
 

@@ -2,19 +2,20 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.gating import is_gated_function, is_rank0_branch, is_rank_zero_wrapper
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.patterns import LOST_PEER, STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit
+from gpudoctor.kb.record import field, record
 
-_INIT_RANK = re.compile(r"\brank (\d+) nranks (\d+)\b")
-_TIMEOUT = re.compile(r"Watchdog caught|[Tt]imed out|[Tt]imeout|timing out|DEADLINE_EXCEEDED")
-_DESYNC = re.compile(r"Detected mismatch between collectives|doesn't match expected size|EnforceNotMet|"
+_INIT_RANK = _lazy(r"\brank (\d+) nranks (\d+)\b")
+_TIMEOUT = _lazy(r"Watchdog caught|[Tt]imed out|[Tt]imeout|timing out|DEADLINE_EXCEEDED")
+_DESYNC = _lazy(r"Detected mismatch between collectives|doesn't match expected size|EnforceNotMet|"
                      r"Message truncated|Collectives differ")
 _LAUNCHER_ERRORS = {"ChildFailedError", "ProcessExitedException", "ProcessRaisedException", "SignalException"}
-_LOST_PEER = re.compile(LOST_PEER)
+_LOST_PEER = _lazy(LOST_PEER)
 _COLLECTIVES = {
     "barrier", "monitored_barrier", "all_reduce", "all_gather", "all_gather_object", "all_gather_into_tensor",
     "broadcast", "broadcast_object_list", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
@@ -27,7 +28,7 @@ _STEP_COLLECTIVES = {"backward", "all_reduce", "reduce_scatter", "reduce_scatter
                      "all_gather_into_tensor", "broadcast"}
 
 
-@dataclass
+@record
 class RankReport:
     rank: int
     sources: list[str] = field(default_factory=list)
@@ -47,7 +48,7 @@ class RankReport:
 
 
 # every prefix that carries a rank has one of these near the start of the line
-_RANK_PREFIX_HINT = re.compile(r"\[(?:rank|default|trainer|worker)?\d+\]:|\[\d+,\d+\]<|rank=\d|\[Rank \d")
+_RANK_PREFIX_HINT = _lazy(r"\[(?:rank|default|trainer|worker)?\d+\]:|\[\d+,\d+\]<|rank=\d|\[Rank \d")
 
 
 def _prefix(text: str):
@@ -75,7 +76,7 @@ def classify(text: str) -> str:
     return "crash"
 
 
-@dataclass
+@record
 class _State:
     reports: dict[int, RankReport] = field(default_factory=dict)
     signals: dict[str, list[tuple[str, Hit]]] = field(default_factory=dict)

@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
 
 from gpudoctor.engine.findings import Evidence, Finding
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.kb.record import record, replace
 
 RULE_SCORE = 0.9  # a rule reads the frames themselves: as strong as a specific signature
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     entry: str
     rule: str  # slug, shown as the evidence's signature: "rule:zero-init-oom"
@@ -24,34 +25,34 @@ class Verdict:
 # Read from the text around the error line rather than from a parsed traceback, so that plain, IPython
 # ("File x.py:12, in f(...)"), Rich ("│ x.py:12 in f │") and prefixed tracebacks all count.
 
-_OOM = re.compile(r"OutOfMemoryError|CUDA out of memory|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+_OOM = _lazy(r"OutOfMemoryError|CUDA out of memory|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
                   r"cudaErrorMemoryAllocation|Cuda failure 'out of memory'|CUDA error: out of memory")
-_FRAMEISH = re.compile(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
+_FRAMEISH = _lazy(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
 # ZeRO's optimizer-state set-up: DeepSpeed >= 0.3 (runtime/zero/stage_1_and_2.py, stage3.py, engine.py)
 # and 0.1-0.2 (pt/deepspeed_zero_optimizer.py, pt/deepspeed_light.py)
-_ZERO_INIT = re.compile(r"\b(?:initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|"
+_ZERO_INIT = _lazy(r"\b(?:initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|"
                         r"_configure_zero_optimizer|_create_fp16_partitions\w*|_create_fp16_sub_groups|"
                         r"DeepSpeedZeroOptimizer(?:_Stage3)?\(|_link_all_hp_params)\b")
-_ZERO_PATH = re.compile(r"deepspeed/(?:runtime/zero/|runtime/engine\.py|pt/deepspeed_zero_optimizer|"
+_ZERO_PATH = _lazy(r"deepspeed/(?:runtime/zero/|runtime/engine\.py|pt/deepspeed_zero_optimizer|"
                         r"pt/deepspeed_light|pt/zero_optimizer)")
-_FSDP_PATH = re.compile(r"torch/distributed/(?:fsdp|_composable/fsdp|checkpoint|_state_dict_utils)|"
+_FSDP_PATH = _lazy(r"torch/distributed/(?:fsdp|_composable/fsdp|checkpoint|_state_dict_utils)|"
                         r"fsdp/_state_dict_utils|fully_sharded_data_parallel")
-_FSDP_STATE = re.compile(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|_full_pre_load_state_dict_hook|"
+_FSDP_STATE = _lazy(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|_full_pre_load_state_dict_hook|"
                          r"_full_post_load_state_dict_hook|_post_state_dict_hook|_pre_state_dict_hook|"
                          r"_pre_load_state_dict_hook|_post_load_state_dict_hook|_gather_\w+|full_optim_state_dict|"
                          r"_optim_state_dict\w*|get_model_state_dict|get_optimizer_state_dict|_get_fsdp_state_dict|"
                          r"_state_dict_fn|FullStateDictConfig|FULL_STATE_DICT|full_state_dict|full_tensor)\b")
-_LOAD_MISMATCH = re.compile(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
+_LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
                             r"Unexpected key\(s\) in state_dict")
-_LOAD_FN = re.compile(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
+_LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
                       r"_full_post_load_state_dict_hook|set_model_state_dict|_load_model_state_dict|load_state_dict)\b")
-_INVALID_ORDINAL = re.compile(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE")
-_DEVICE_CALL = re.compile(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
+_INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE")
+_DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
                           r"[\"']cuda:[\"']\s*\+")
-_PASSTHROUGH = re.compile(r"_cuda_setDevice\(|set_device\(\s*(?:device|self\.device|dev|d)\s*\)")
-_LOCAL_INDEX = re.compile(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id|"
+_PASSTHROUGH = _lazy(r"_cuda_setDevice\(|set_device\(\s*(?:device|self\.device|dev|d)\s*\)")
+_LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id|"
                           r"args\.gpu\b|local_device")
-_GLOBAL_INDEX = re.compile(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
+_GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
                            r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b")
 LOOK_BACK = 150  # lines before an error line that may hold its traceback
 
@@ -124,7 +125,7 @@ def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]
     return []
 
 
-_ZERO_IN_USE = re.compile(r"ZeRO stage [0-3]\b|zero_optimization|\"stage\":\s*[1-3]\b|zero_stage|deepspeed_stage_[1-3]|"
+_ZERO_IN_USE = _lazy(r"ZeRO stage [0-3]\b|zero_optimization|\"stage\":\s*[1-3]\b|zero_stage|deepspeed_stage_[1-3]|"
                           r"DeepSpeedZeroOptimizer|ZeRO-?(?:Offload|Infinity)|stage3_\w+|--zero[_-]stage|--deepspeed\b|"
                           r"deepspeed\.initialize|ds_config\w*\.json|DeepSpeedEngine")
 
@@ -165,7 +166,7 @@ def interface_rule(text: str, file: str) -> list[Verdict]:
 # NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=COLL: one line per collective call, from NCCL's enqueue.cc (2.3-2.2x) and
 # RCCL: INFO(NCCL_COLL, "%s: opCount %lx sendbuff %p recvbuff %p count %zi datatype %d op %d root %d comm %p
 # [nranks=%d] stream %p", opName, comm->opCount, ...), behind the "host:pid:tid [dev] NCCL INFO " prefix
-_COLL_CALL = re.compile(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?P<op>[A-Za-z]+): opCount (?P<count>[0-9a-f]+) "
+_COLL_CALL = _lazy(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?P<op>[A-Za-z]+): opCount (?P<count>[0-9a-f]+) "
                         r".*?\bcomm (?P<comm>0x[0-9a-f]+|\d+) \[nranks=(?P<n>\d+)")
 _P2P = {"Send", "Recv", "SendRecv"}  # point-to-point calls differ between the two ends by design
 
@@ -209,11 +210,11 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
 
 # torch's device check (TensorIterator / checkAllSameGPU), two wordings: "but found at least two devices, cuda:1 and
 # cuda:0!" (1.7-2.2) and "but got target is on cuda:1, different from other tensors on cuda:0" (2.3 on)
-_TWO_DEVICES = re.compile(r"Expected all tensors to be on the same device, but (?:found at least two devices, "
+_TWO_DEVICES = _lazy(r"Expected all tensors to be on the same device, but (?:found at least two devices, "
                           r"(?P<a>[\w:]+) and (?P<b>[\w:]+)|got \w+ is on (?P<c>[\w:]+), different from other tensors "
                           r"on (?P<d>[\w:]+))")
 # anything that says more than one process trained: rank prefixes, launchers, DDP, process groups
-_SEVERAL_PROCESSES = re.compile(r"^\[(?:rank|RANK|Rank) ?\d+\]|\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>|"
+_SEVERAL_PROCESSES = _lazy(r"^\[(?:rank|RANK|Rank) ?\d+\]|\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>|"
                                 r"ChildFailedError|ProcessRaisedException|torch\.multiprocessing|\btorchrun\b|"
                                 r"torch\.distributed|torch/distributed|DistributedDataParallel|\bDDP\b|\bLOCAL_RANK\b|"
                                 r"local_rank|init_process_group|accelerate launch|deepspeed|horovod|world_size",
@@ -221,7 +222,7 @@ _SEVERAL_PROCESSES = re.compile(r"^\[(?:rank|RANK|Rank) ?\d+\]|\[default\d+\]:|\
 # a model spread over GPUs by one process: accelerate's big-model dispatch (hooks.py moves each layer's inputs),
 # device_map, or the loss computed inside a transformers model's own forward (modeling_*.py), where logits and labels
 # come from one batch and only a split model puts them on two GPUs
-_SPLIT_MODEL = re.compile(r"modeling_\w+\.py|accelerate[/\\]hooks\.py|device_map|dispatch_model|big_modeling")
+_SPLIT_MODEL = _lazy(r"modeling_\w+\.py|accelerate[/\\]hooks\.py|device_map|dispatch_model|big_modeling")
 
 
 def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
@@ -249,7 +250,7 @@ def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
 
 # --- every input -----------------------------------------------------------------------------------
 
-_TRIGGER = re.compile(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
+_TRIGGER = _lazy(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
 MAX_ERRORS = 32  # error lines examined per input
 
 

@@ -1,11 +1,13 @@
 """Stream a log of any size and bytes through the pattern set at constant memory, keeping matched lines."""
 from __future__ import annotations
 
-from typing import BinaryIO, Callable
-
 from gpudoctor.engine.display import strip_ansi_bytes
 from gpudoctor.engine.patterns import PatternSet
 from gpudoctor.engine.rewrap import detect_width, rejoin
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import BinaryIO, Callable
 
 CHUNK = 16 << 20  # bytes read at a time, into one reused buffer
 MAX_LINE = 1 << 20  # a longer line is scanned in pieces, so memory stays bounded

@@ -4,11 +4,14 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from gpudoctor.engine.lazyregex import LazyRegex
+from gpudoctor.kb.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import BinaryIO
 
 __all__ = ["InputError", "Source", "resolve", "open_source", "codec_of", "rank_hints", "stdin_is_terminal",
            "GZIP_MAGIC"]
@@ -33,7 +36,7 @@ class InputError(Exception):
     """A named input that cannot be read; the message says which and why."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Source:
     name: str  # as shown in evidence: the path as given, or "<stdin>"
     path: Path | None  # None for standard input

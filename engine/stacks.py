@@ -2,25 +2,27 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-_PYSPY_PROCESS = re.compile(r"^Process (\d+): (.*)$")
-_PYSPY_THREAD = re.compile(r"^Thread (?:0x)?[0-9A-Fa-f]+ \((?:idle|active|gil)[^)]*\)(?:: \"([^\"]*)\")?")
-_PYSPY_FRAME = re.compile(r"^\s{2,}(\S.*?) \(([^()]+?):(\d+)\)\s*$")
-_FAULT_THREAD = re.compile(r"^(Current thread|Thread) 0x[0-9A-Fa-f]+ \(most recent call first\):")
-_FAULT_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
-_RANK_IN_CMD = re.compile(r"(?:--local[-_]rank[= ]|\bRANK=|\brank[= ])(\d+)")
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.kb.record import record
+
+_PYSPY_PROCESS = _lazy(r"^Process (\d+): (.*)$")
+_PYSPY_THREAD = _lazy(r"^Thread (?:0x)?[0-9A-Fa-f]+ \((?:idle|active|gil)[^)]*\)(?:: \"([^\"]*)\")?")
+_PYSPY_FRAME = _lazy(r"^\s{2,}(\S.*?) \(([^()]+?):(\d+)\)\s*$")
+_FAULT_THREAD = _lazy(r"^(Current thread|Thread) 0x[0-9A-Fa-f]+ \(most recent call first\):")
+_FAULT_FRAME = _lazy(r'^\s*File "([^"]+)", line (\d+) in (\S+)')
+_RANK_IN_CMD = _lazy(r"(?:--local[-_]rank[= ]|\bRANK=|\brank[= ])(\d+)")
 HINTS = ("(most recent call first)", " (idle)", " (active)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StackFrame:
     function: str
     file: str
     line: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProcessStack:
     """The stack of one process's most telling thread, innermost frame first."""
 

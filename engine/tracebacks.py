@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.prefix import LinePrefix, parse_prefix
+from gpudoctor.kb.record import record
 
-if TYPE_CHECKING:
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
     from collections.abc import Iterable, Sequence
 
 __all__ = ["Frame", "RaisedException", "TracebackInfo", "parse_traceback", "parse_tracebacks", "is_user_path"]
@@ -22,7 +22,7 @@ _MAX_MESSAGE_CHARS = 16_384
 _MAX_TRACEBACK_LINES = 5_000
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Frame:
     """One stack frame: of a Python traceback, a faulthandler dump or a flight-recorder entry."""
 
@@ -33,7 +33,7 @@ class Frame:
     is_user: bool  # not site-packages, the stdlib, torch itself or a launcher shim
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class RaisedException:
     exc_type: str  # "" when the window ended before the exception line
     message: str
@@ -41,7 +41,7 @@ class RaisedException:
     link: str | None  # how the previous exception led here: "cause" (raise from), "context" (during handling)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class TracebackInfo:
     """One printed exception chain, root first. The top-level fields describe the last (raised) one."""
 

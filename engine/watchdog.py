@@ -1,9 +1,8 @@
 """Read collective-timeout reports: NCCL watchdog and work-status lines, gloo timeouts, monitoredBarrier."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.kb.record import record
 
 __all__ = ["Watchdog", "parse_watchdog"]
 
@@ -18,7 +17,7 @@ def _int(text: str | None) -> int | None:
 
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Watchdog:
     """One collective-timeout report. Sequence numbers are as printed (-1: none yet)."""
 

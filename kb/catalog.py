@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import os
-import pickle
 import re
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpudoctor.kb.model import SECTIONS, Entry
+from gpudoctor.kb.record import field, record
 
 BUILTIN_DIR = Path(__file__).resolve().parent
-CACHE_FORMAT = 9  # bump when Entry, the index or this file's cache layout changes
+CACHE_FORMAT = 11  # bump when Entry, the index or this file's cache layout changes
 _ID_PARTS = re.compile(r"^\s*([A-Za-z]+)[\s_-]*0*([0-9]+)\s*$")
 
 
@@ -30,7 +29,7 @@ def id_sort_key(entry: Entry) -> tuple:
     return (section, prefix, number)
 
 
-@dataclass
+@record
 class Catalog:
     entries: dict[str, Entry]
     problems: list[str] = field(default_factory=list)
@@ -40,9 +39,11 @@ class Catalog:
     _derived: dict = field(default_factory=dict, repr=False, compare=False)  # per process, never pickled
 
     def __getstate__(self):
-        # the search index has its own cache file: commands other than search never unpickle it
+        # the search index and the parsed Markdown have cache files of their own: `diagnose` of a log
+        # that matches unpickles neither, `show` only the Markdown
         state = dict(self.__dict__)
         state["index"] = None
+        state["rendered"] = {}
         state["_derived"] = {}
         return state
 
@@ -78,6 +79,9 @@ class Catalog:
     def blocks(self, entry: Entry) -> list:
         """The entry parsed for the terminal; cached so that `show` never imports the parser."""
         if entry.id not in self.rendered:
+            if not self.rendered:
+                self.rendered.update(self._side_cache("rendered.pickle") or {})
+        if entry.id not in self.rendered:
             from gpudoctor.kb.mdblocks import parse_blocks
 
             self.rendered[entry.id] = parse_blocks(self.markdown(entry, links=False))
@@ -88,6 +92,20 @@ class Catalog:
         self.search_index()
         for entry in self.entries.values():
             self.blocks(entry)
+        path = _cache_path("rendered.pickle")
+        if path is not None and self.fingerprint is not None:
+            _write_cache(path, (self.fingerprint, self.rendered))
+
+    def _side_cache(self, name: str):
+        """What a side cache file holds, when it was written for the files this catalogue was built from."""
+        path = _cache_path(name)
+        if path is None or self.fingerprint is None:
+            return None
+        try:
+            stored_fp, value = _read_cache(path)
+        except Exception:  # missing, stale or damaged: the caller builds it again
+            return None
+        return value if stored_fp == self.fingerprint else None
 
     def __iter__(self):
         return iter(self.entries.values())
@@ -125,18 +143,12 @@ class Catalog:
 
     def search_index(self):
         if self.index is None:
-            path = _cache_path("search-index.pickle")
-            if path is not None and self.fingerprint is not None:
-                try:
-                    with open(path, "rb") as fh:
-                        stored_fp, index = pickle.load(fh)
-                    if stored_fp == self.fingerprint:
-                        self.index = index
-                        return index
-                except Exception:  # missing, stale or damaged: rebuilt below
-                    pass
+            self.index = self._side_cache("search-index.pickle")
+            if self.index is not None:
+                return self.index
             from gpudoctor.kb.search import SearchIndex
 
+            path = _cache_path("search-index.pickle")
             self.index = SearchIndex.build(self.entries.values())
             if path is not None and self.fingerprint is not None:
                 _write_cache(path, (self.fingerprint, self.index))
@@ -249,8 +261,7 @@ def load_catalog(extra_dirs: list[str] | None = None, *, use_cache: bool = True)
     fingerprint = _fingerprint(roots)
     if cache is not None:
         try:
-            with open(cache, "rb") as fh:
-                stored_fp, catalog = pickle.load(fh)
+            stored_fp, catalog = _read_cache(cache)
             if stored_fp == fingerprint:
                 return catalog
         except Exception:  # a missing, stale or corrupt cache is rebuilt
@@ -263,7 +274,28 @@ def load_catalog(extra_dirs: list[str] | None = None, *, use_cache: bool = True)
     return catalog
 
 
+def _read_cache(path: Path):
+    """Unpickle a cache file with the cyclic garbage collector paused: unpickling allocates thousands of
+    objects, which would set off several collections (about half the load time) that find nothing."""
+    import gc
+
+    try:
+        from _pickle import loads  # CPython's unpickler alone: the pickle module costs a millisecond to import
+    except ImportError:
+        from pickle import loads
+    with open(path, "rb") as fh:
+        data = fh.read()
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return loads(data)
+    finally:
+        if paused:
+            gc.enable()
+
+
 def _write_cache(path: Path, payload: object) -> None:
+    import pickle
     import tempfile
 
     try:

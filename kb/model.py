@@ -1,7 +1,7 @@
-"""Frozen dataclasses for catalogue entries: what the loader produces and everything else reads."""
+"""Frozen records (gpudoctor.kb.record) for catalogue entries: what the loader produces and everything else reads."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from gpudoctor.kb.record import field, record
 
 SECTIONS = ("launchers", "ddp", "fsdp", "deepspeed", "hangs", "multinode", "pitfalls", "guides", "user")
 
@@ -34,20 +34,20 @@ SECTION_TITLES = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FixStep:
     text: str
     code: str | None = None
     lang: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Related:
     id: str
     why: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Pointer:
     """A topic outside the catalogue, shown as plain text."""
 
@@ -55,13 +55,13 @@ class Pointer:
     note: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Reference:
     title: str
     url: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Provenance:
     """Where a signature's message comes from: the emitting code and its template, across versions."""
 
@@ -72,7 +72,7 @@ class Provenance:
     values: tuple[str, ...] = ()  # sample values for the placeholders, in order, where the defaults would not do
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Signature:
     """One log pattern that betrays an entry."""
 
@@ -116,7 +116,7 @@ FIX_FACTS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FixAction:
     id: str
     kind: str  # env | command | patch | config
@@ -131,7 +131,7 @@ class FixAction:
         return default
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Entry:
     id: str
     title: str

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from typing import Iterable
 
 from gpudoctor.kb.model import Entry
+from gpudoctor.kb.record import record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
+    from typing import Iterable
 
 # How much a hit in each field counts: users describe what they see, so symptoms,
 # titles and the exact error text outrank the explanation of the cause.
@@ -180,14 +183,14 @@ def _entry_fields(entry: Entry) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Hit:
     id: str
     score: float  # 0..1, relative to a perfect match of every query term
     matched: tuple[str, ...]  # query terms that matched, as the user typed them
 
 
-@dataclass
+@record
 class SearchIndex:
     ids: list[str]
     # per field: list (per entry) of {term: count}, and field lengths
@@ -250,14 +253,27 @@ class SearchIndex:
         n, df = len(self.ids), self.df.get(term, 0)
         return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
-    def _phrase_bonus(self, q_lower: str, i: int, best_possible: float) -> float:
-        """A pasted error message or a near-verbatim symptom of entry i."""
-        from rapidfuzz import fuzz
+    def _phrase_matches(self, q_lower: str):
+        """(entry index, phrase, fuzz.partial_ratio) for each phrase of 12+ characters that scores 85 or more
+        against the query: one call into rapidfuzz's C loop, whose cut-off also lets it give up early."""
+        from rapidfuzz import fuzz, process
 
-        if len(q_lower) < 12:
-            return 0.0
-        phrase = max((fuzz.partial_ratio(q_lower, p) for p in self.phrases[i] if len(p) >= 12), default=0)
-        return best_possible * (phrase - 80) / 20.0 if phrase >= 85 else 0.0
+        owners, phrases = [], []
+        for i, entry_phrases in enumerate(self.phrases):
+            for phrase in entry_phrases:
+                if len(phrase) >= 12:
+                    owners.append(i)
+                    phrases.append(phrase)
+        for phrase, ratio, k in process.extract(q_lower, phrases, scorer=fuzz.partial_ratio, score_cutoff=85,
+                                                limit=None):
+            yield owners[k], phrase, ratio
+
+    def _phrase_bonuses(self, q_lower: str, best_possible: float) -> dict[int, float]:
+        """Entry index -> its bonus for a pasted error message or a near-verbatim symptom."""
+        best: dict[int, float] = {}
+        for i, _phrase, ratio in self._phrase_matches(q_lower):
+            best[i] = max(best.get(i, 0.0), best_possible * (ratio - 80) / 20.0)
+        return best
 
     def _term_score(self, i: int, variant: str) -> float:
         """BM25 in each field of entry i, weighted by how much the field counts."""
@@ -305,6 +321,7 @@ class SearchIndex:
         q_pairs = list(zip(q_words, q_words[1:]))
         q_lower = query.lower().strip()
         best_possible = sum(max(weight[c], sum(weight[p] for p in parts[c])) for c in units) or 1.0
+        bonuses = self._phrase_bonuses(q_lower, best_possible) if len(q_lower) >= 12 else {}
         scores: list[tuple[float, int, tuple[str, ...]]] = []
         for i in range(len(self.ids)):
             matched, found, score = [], {}, {}
@@ -331,7 +348,7 @@ class SearchIndex:
                                                     for line in self.lines[i]), default=0.0)
             total += _LINE * line_best
             # a pasted error message or a near-verbatim symptom
-            total += self._phrase_bonus(q_lower, i, best_possible)
+            total += bonuses.get(i, 0.0)
             coverage = covered / len(units)
             scores.append((total * (0.5 + 0.5 * coverage), i, tuple(matched)))
         scores.sort(key=lambda s: (-s[0], s[1]))

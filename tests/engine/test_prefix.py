@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import pickle
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 from gpudoctor.engine.display import clean_for_display, strip_ansi, visible_text
 from gpudoctor.engine.prefix import MAX_PREFIXES, LinePrefix, parse_prefix
 from gpudoctor.engine.timefmt import iso_to_epoch
+from gpudoctor.kb.record import fields, replace
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "lines"
 
@@ -315,8 +315,9 @@ def test_result_is_frozen_and_comparable() -> None:
     assert p == LinePrefix(body="x", offset=9, rank=2, kinds=("rank",))
     assert hash(p) == hash(parse_prefix("[rank2]: x"))
     # parse_prefix builds instances without __init__ (see prefix._make): the usual tools still work
-    assert dataclasses.asdict(p)["level"] is None and dataclasses.asdict(p)["rank"] == 2
-    assert dataclasses.replace(p, rank=5).rank == 5
+    values = {name: getattr(p, name) for name in fields(p)}
+    assert values["level"] is None and values["rank"] == 2
+    assert replace(p, rank=5).rank == 5 and replace(p, rank=5).body == "x"
     assert pickle.loads(pickle.dumps(p)) == p
     assert copy.copy(p) == p
     assert repr(parse_prefix("x")) == repr(LinePrefix(body="x", offset=0))

@@ -5,7 +5,6 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import replace
 
 from rich.text import Text
 from textual import on
@@ -17,6 +16,7 @@ from textual.widgets import Footer, Header, Label, OptionList, ProgressBar, Stat
 from textual.widgets.option_list import Option
 
 from gpudoctor.engine.display import clean_for_display
+from gpudoctor.kb.record import replace
 from gpudoctor.tui.logfile import Cancelled as IndexCancelled
 from gpudoctor.tui.logfile import LogFile
 from gpudoctor.tui.messages import (DiagnosisDone, IndexProgress, LogOpened, Progress, SourcesResolved,
