@@ -217,8 +217,16 @@ def cache_dir() -> Path | None:
 
 
 def _cache_path(name: str = "catalog.pickle") -> Path | None:
+    """One set of cache files per installed copy, named by where its catalogue lives: two installs (a venv per
+    project, a checkout beside a wheel) would otherwise overwrite each other's cache on every run."""
     root = cache_dir()
-    return None if root is None else root / name
+    if root is None:
+        return None
+    tag = 0x811C9DC5  # FNV-1a of the folder's path: stable across runs, no module to import
+    for byte in str(BUILTIN_DIR).encode():
+        tag = ((tag ^ byte) * 0x01000193) & 0xFFFFFFFF
+    stem, dot, ext = name.rpartition(".")
+    return root / f"{stem}-{tag:08x}{dot}{ext}"
 
 
 def build_catalog(roots: list[tuple[Path, bool]]) -> Catalog:

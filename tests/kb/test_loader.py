@@ -125,5 +125,27 @@ def test_cache_is_invalidated_when_a_file_changes(tmp_path):
 def test_corrupt_cache_is_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "c"))
     load_catalog()
-    (tmp_path / "c" / "catalog.pickle").write_bytes(b"\x80\x05garbage")
+    from gpudoctor.kb.catalog import _cache_path
+
+    _cache_path().write_bytes(b"\x80\x05garbage")
     assert load_catalog().get("D8") is not None
+
+
+def test_two_installed_copies_keep_their_own_cache_files(tmp_path, monkeypatch):
+    """A venv per project, or a checkout beside a wheel: each copy's catalogue is cached under its own name, so
+    running one does not throw away the other's cache (it did, and every switch cost a rebuild)."""
+    from gpudoctor.kb import catalog as catalog_module
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "c"))
+    here = catalog_module._cache_path()
+    load_catalog()
+    assert here.exists() and here.parent == tmp_path / "c"
+    stamp = here.stat().st_mtime_ns
+    monkeypatch.setattr(catalog_module, "BUILTIN_DIR", tmp_path / "other-install" / "kb")
+    there = catalog_module._cache_path()
+    assert there != here and there.name.startswith("catalog-") and there.suffix == ".pickle"
+    monkeypatch.undo()
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path / "c"))
+    assert catalog_module._cache_path() == here
+    load_catalog()
+    assert here.stat().st_mtime_ns == stamp  # read, not rewritten
