@@ -71,7 +71,8 @@ def test_lines_that_hold_the_literal_but_miss_the_regex_are_not_hits(monkeypatch
 
 @hyperscan_only
 def test_the_shipped_catalogue_finds_the_same_lines_with_literals_as_with_regexes(monkeypatch, tmp_path):
-    """Against a database of the plain regexes, on lines built to hold each long literal with and without the rest."""
+    """Against one database of the plain regexes, on lines built to hold each long literal with and without the
+    rest, and on every line of the catalogue's cases."""
     from gpudoctor.engine import engine_hyperscan
 
     monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path))
@@ -90,6 +91,7 @@ def test_the_shipped_catalogue_finds_the_same_lines_with_literals_as_with_regexe
     data = ("\n".join(lines) + "\n").encode()
     literal_scan = Scanner(pattern_set(catalog), engine="hyperscan").scan(io.BytesIO(data), "a.log")
     monkeypatch.setattr(engine_hyperscan, "hyperscan_expression", lambda p: prefilter_regex(p.regex))
+    monkeypatch.setattr(engine_hyperscan, "OWN_DATABASE", frozenset())  # and one database of every pattern
     fresh = PatternSet(list(pattern_set(catalog).patterns))
     regex_scan = Scanner(fresh, engine="hyperscan").scan(io.BytesIO(data), "a.log")
 
@@ -99,3 +101,41 @@ def test_the_shipped_catalogue_finds_the_same_lines_with_literals_as_with_regexe
     assert len(regex_scan.hits) >= 100  # the cases fire most of the catalogue
     assert hits(literal_scan) == hits(regex_scan)
     assert literal_scan.lines == regex_scan.lines == len(lines)
+
+
+@hyperscan_only
+def test_the_distributed_context_pattern_is_scanned_apart_and_still_reported_once_per_block(monkeypatch, tmp_path):
+    from gpudoctor.engine.engine_hyperscan import HyperscanMatcher
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path))
+    patterns = pattern_set(load_catalog(use_cache=False))
+    matcher = HyperscanMatcher.build(patterns)
+    assert len(matcher.apart) == 1
+    context = next(p.index for p in patterns.patterns if (p.owner, p.name) == ("D3", "distributed-context"))
+    watchdog = next(p.index for p in patterns.patterns if p.name == "watchdog")
+    line = ("[rank3]:[E1122 01:58:03.026000 8038 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=57, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800093 ms")
+    noise = "gpu-node-063:40956:30345 [3] NCCL INFO Channel 00/32 :    0   1   2   3"
+    block = ("\n".join([noise] * 50 + [line] + [noise] * 50) + "\n").encode()
+    found = matcher.candidates(block, len(block))
+    with_context = [start for start, (indexes, _at) in found.items() if context in indexes]
+    assert with_context == [0]  # the first NCCL line only: a context pattern is reported once per block
+    at_watchdog = block.index(line.encode())
+    indexes, at = found[at_watchdog]
+    assert watchdog in indexes and at_watchdog < at <= at_watchdog + len(line)
+    scan = Scanner(patterns, engine="hyperscan").scan(io.BytesIO(block), "r.log")
+    assert [h.line_no for h in scan.hits[context].all()] == [1]
+    assert [h.line_no for h in scan.hits[watchdog].all()] == [51]
+
+
+@hyperscan_only
+def test_a_catalogue_without_the_context_pattern_gets_one_database(monkeypatch, tmp_path):
+    from gpudoctor.engine.engine_hyperscan import HyperscanMatcher
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path))
+    patterns = PatternSet([_pattern(PROGRESS, {"Traceback (most recent call last)"}),
+                           _pattern(r"NCCL WARN \w+", {"NCCL WARN "}, index=1)])
+    matcher = HyperscanMatcher.build(patterns)
+    assert matcher.apart == ()
+    block = b"x NCCL WARN boom\n"
+    assert matcher.candidates(block, len(block)) == {0: ({1}, 13)}  # hyperscan reports the first end: "...WARN b"
