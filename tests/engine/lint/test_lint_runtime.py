@@ -50,7 +50,12 @@ def test_flagged_script_deadlocks_and_its_twin_completes():
     fixed = DATA / "correct" / "early_return_fixed.py"
     assert any(f.entry_id == "D21" and f.severity == "error" for f in lint_paths([str(buggy)]).findings)
     assert not [f for f in lint_paths([str(fixed)]).findings if f.severity == "error"]
-    assert _run_two_ranks(fixed, timeout=90) == [0, 0]
+    # the correct twin must finish; one more try with a fresh port if the first start lost a race for the port
+    # picked by _free_port (another test can take it between the pick and the bind) or a rank was killed under load
+    codes = _run_two_ranks(fixed, timeout=90)
+    if codes != [0, 0]:
+        codes = _run_two_ranks(fixed, timeout=90)
+    assert codes == [0, 0]
     codes = _run_two_ranks(buggy, timeout=10)
     assert codes != [0, 0]  # rank 0 waits at a barrier rank 1 never reaches
     assert None in codes or any(c != 0 for c in codes)
