@@ -192,7 +192,7 @@ def _text_ranks(diagnosis, out: Out, w: int) -> None:
 
 
 def render_markdown(diagnosis) -> str:
-    lines = [f"## gpudoctor diagnosis", "", f"Inputs: {redact(_inputs_line(diagnosis))}", ""]
+    lines = ["## gpudoctor diagnosis", "", f"Inputs: {redact(_inputs_line(diagnosis))}", ""]
     matches, possible = split_tiers(diagnosis.findings)
     if not diagnosis.findings:
         lines += ["No known cause: nothing in the gpudoctor catalogue matches these logs.", ""]

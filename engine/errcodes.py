@@ -1,8 +1,6 @@
 """What NCCL result codes and CUDA error numbers in a log line mean, in plain words."""
 from __future__ import annotations
 
-import re
-
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.kb.record import record
 

@@ -30,10 +30,10 @@ _ELSEWHERE = _lazy(r"\b(?:ModuleNotFoundError|ImportError|SyntaxError|Indentatio
                         r"FileNotFoundError|UnicodeDecodeError|JSONDecodeError|PermissionError|IsADirectoryError)\b|"
                         r"\bNo module named\b|\bloss (?:is )?nan\b|\bNaN or Inf found\b", re.IGNORECASE)
 _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
-CUT_WEIGHT = 0.8
+CUT_WEIGHT = 0.8  # the frames of a cut traceback say where, not what: a little fainter than an error line
 # a timeout or a lost peer is how every rank that waited on a failed one ends: beside a line that is a rank's own
 # error it says what followed, not what went wrong, and its stock words (timed out, closed by peer) must not outvote it
-CONSEQUENCE_WEIGHT = 0.6  # the frames of a cut traceback say where, not what: a little fainter than an error line
+CONSEQUENCE_WEIGHT = 0.6
 SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
 MAX_QUERIES = 12  # distinct failure lines searched
 MAX_QUERY_CHARS = 400
@@ -272,12 +272,12 @@ def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
     from gpudoctor.engine.ranks import classify
 
     weighted = []
-    kinds = [classify(parse_prefix(ev.text).body) for ev in lines]
+    bodies = [parse_prefix(ev.text).body for ev in lines]
+    kinds = [classify(body) for body in bodies]
     # an exception that is some rank's own error, not its waiting on the others
-    own_error = any(kind == "crash" and _EXCEPTION_HEAD.search(parse_prefix(ev.text).body)
-                    and not _BOOKKEEPING.search(ev.text) for ev, kind in zip(lines, kinds))
-    for ev, kind in zip(lines, kinds):
-        body = parse_prefix(ev.text).body
+    own_error = any(kind == "crash" and _EXCEPTION_HEAD.search(body) and not _BOOKKEEPING.search(ev.text)
+                    for ev, body, kind in zip(lines, bodies, kinds))
+    for ev, body, kind in zip(lines, bodies, kinds):
         weight = 0.4 if _BOOKKEEPING.search(body) else 0.5 if _ELSEWHERE.search(body) else 1.0
         if ev.signature == "cut-traceback":
             weight = min(weight, CUT_WEIGHT)
@@ -312,7 +312,8 @@ def _file_name(m: re.Match) -> str:
 
 
 def _specific_index(catalog):
-    """The catalogue's search index with the phrase bonus weighed by how specific the matched phrase is."""
+    """The catalogue's search index with the phrase bonus weighed by how specific the matched phrase is (built once
+    per catalogue: `catalog.derived("failure-line-index", _specific_index)`)."""
     from gpudoctor.kb.search import SearchIndex
 
     class FailureLineIndex(SearchIndex):
@@ -337,15 +338,9 @@ def _specific_index(catalog):
                 masses[phrase] = sum(self._idf(t) for t in set(tokenize(phrase)))
             return masses[phrase]
 
-    base = catalog.search_index()
-    cached = _INDEXES.get(id(catalog))
-    if cached is None or cached[0] is not base:
-        cached = (base, FailureLineIndex(**vars(base)))
-        _INDEXES[id(catalog)] = cached
-    return cached[1]
+    return FailureLineIndex(**vars(catalog.search_index()))
 
 
-_INDEXES: dict[int, tuple] = {}
 WHOLE_PHRASE = 0.8  # a phrase this long against the line is the line itself, pasted
 PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
 
@@ -360,7 +355,7 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
 
     if not lines:
         return []
-    index = _specific_index(catalog)
+    index = catalog.derived("failure-line-index", _specific_index)
     entries = {e.id: e for e in catalog}
     best: dict[str, list[tuple[float, Evidence]]] = {}
     for ev, weight in _informative(lines):

@@ -241,7 +241,6 @@ class Scanner:
 
         regex, patterns = self.patterns.regex, self.patterns.patterns
         line_no, counted_to = first_line, 0
-        windows_open: list[tuple[str, int, list[str], int]] = []
         for start in sorted(candidates):
             line_no += count_newlines(block, counted_to, start)
             counted_to = start

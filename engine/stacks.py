@@ -1,8 +1,6 @@
 """Read where each stopped process was: py-spy dumps and faulthandler dumps, one stack per process."""
 from __future__ import annotations
 
-import re
-
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.kb.record import record
 
