@@ -25,8 +25,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# torch 2.13's CPU build now and then aborts a rank at interpreter exit, after destroy_process_group has
+# returned and the script has printed everything (std::terminate on a still-joinable thread; about 3% of
+# runs here, on either rank, with or without a barrier before the destroy). That is torch's teardown, not
+# the behaviour under test, so such a run is started again (twice at most); any other abort still counts.
+EXIT_ABORT = "terminate called without an active exception"
+
+
+def _aborted_at_exit(code: int | None, out: str) -> bool:
+    return code == -signal.SIGABRT and out.rstrip().endswith(EXIT_ABORT)
+
+
 def run_ranks(script: Path, world: int = 2, extra_env: dict | None = None, wall_s: float = WALL_S):
     """Start `world` ranks of a script the way torchrun would; (exit codes or None if killed, outputs, seconds)."""
+    for _ in range(3):
+        codes, outputs, took = _run_ranks_once(script, world, extra_env, wall_s)
+        if not any(map(_aborted_at_exit, codes, outputs)):
+            break
+    return codes, outputs, took
+
+
+def _run_ranks_once(script: Path, world: int, extra_env: dict | None, wall_s: float):
     port = _free_port()
     procs = []
     for rank in range(world):
