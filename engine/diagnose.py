@@ -257,15 +257,16 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
         if entry is not None and v.entry not in matched and all(h.id != v.entry for h in hinted):
             hinted.append(Finding(id=entry.id, title=entry.title, score=v.score, evidence=v.evidence,
                                   fix=entry.fix_summary, probes=entry.probes, signatures=(v.rule,), tier="possible"))
+    # beside a confident finding, word guesses only for a pasted error of a line or two (every entry that owns
+    # those words is a candidate); on a real log they add nothing to the top three and only distract (and reading
+    # the failure lines of a thousand per-rank logs costs a tenth of the run)
+    if findings and sum(s.lines for _src, s in scans) > PASTE_LINES:
+        return hinted[:LIMIT_BESIDE_MATCH]
     lines = failure_lines(scans, patterns, texts)
     if not lines and not hinted:
         return []  # a weak signature alone, with no failure in sight, is no reason to guess
     matched |= {h.id for h in hinted}
     if findings:
-        # beside a confident finding, word guesses only for a pasted error of a line or two (every entry that owns
-        # those words is a candidate); on a real log they add nothing to the top three and only distract
-        if sum(s.lines for _src, s in scans) > PASTE_LINES:
-            return hinted[:LIMIT_BESIDE_MATCH]
         found = [f for f in possible_findings(catalog, lines, matched, LIMIT_BESIDE_MATCH) if f.score >= STRONG_POSSIBLE]
         return (hinted + found)[:LIMIT_BESIDE_MATCH]
     found = possible_findings(catalog, lines, matched, LIMIT, weak) if lines else []
