@@ -5,7 +5,9 @@ import re
 
 from gpudoctor.engine.lint.model import Check, Hit
 
-BN_MODELS = re.compile(r"^(?:resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|regnet|inception|googlenet"
+# torchvision's classification models with BatchNorm, and its segmentation models built on them (fcn_resnet50,
+# deeplabv3_mobilenet_v3_large, lraspp_...); its detection models freeze BatchNorm (FrozenBatchNorm2d), so not those
+BN_MODELS = re.compile(r"^(?:(?:fcn|deeplabv3|lraspp)_)?(?:resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|regnet|inception|googlenet"
                        r"|mnasnet|shufflenet|vgg\d+_bn)")
 
 

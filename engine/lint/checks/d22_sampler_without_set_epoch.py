@@ -33,8 +33,11 @@ class SamplerWithoutSetEpoch(Check):
 
 
 def _epoch_loop(node) -> bool:
-    """`for epoch in range(...)` / `while epoch < n`: this file runs the epochs itself."""
-    text = ast.unparse(node.target if isinstance(node, (ast.For, ast.AsyncFor)) else node.test)
+    """`for epoch in range(...)`, `for _ in range(epochs)`, `while epoch < n`: this file runs the epochs itself."""
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        text = ast.unparse(node.target) + " " + ast.unparse(node.iter)
+    else:
+        text = ast.unparse(node.test)
     return "epoch" in text.lower()
 
 
