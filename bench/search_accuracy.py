@@ -27,7 +27,7 @@ def evaluate() -> dict:
         got = [h.id for h in index.search(title, limit=3)]
         rows.append({"title": title, "expect": expect, "got": got, "split": split, "url": url})
     figures = {}
-    for split in ("tune", "held", "held2", "all"):
+    for split in ("tune", "tune3", "held", "held2", "all"):
         part = [r for r in rows if split == "all" or r["split"] == split]
         n = len(part) or 1
         figures[split] = {
@@ -42,7 +42,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="list every miss")
-    parser.add_argument("--split", choices=("tune", "held", "all"), default="all",
+    parser.add_argument("--split", choices=("tune", "tune3", "held", "held2", "all"), default="all",
                         help="list misses of this split only (-v); figures are printed for all splits")
     args = parser.parse_args()
     res = evaluate()

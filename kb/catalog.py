@@ -195,8 +195,20 @@ def _display(path: Path, root: Path, builtin: bool) -> str:
     return str(path)
 
 
+# the code whose output the caches hold: an upgrade or an edit of any of them (the search's synonyms, the
+# Markdown renderer) makes the cached catalogue, index and renderings stale even where no YAML changed
+_CODE = ("catalog.py", "loader.py", "model.py", "record.py", "search.py", "literals.py", "markdown.py", "mdblocks.py")
+
+
 def _fingerprint(roots: list[tuple[Path, bool]]) -> tuple:
     parts = []
+    here = Path(__file__).parent
+    for name in _CODE:
+        try:
+            st = os.stat(here / name)
+            parts.append((name, st.st_mtime_ns, st.st_size))
+        except OSError:
+            parts.append((name, "missing"))
     for root, builtin in roots:
         if not root.is_dir():
             parts.append((str(root), "missing"))

@@ -68,6 +68,11 @@ _SYNONYMS = {
     # the wrapper's long names are its short ones
     "distributeddataparallel": "ddp", "fullyshardeddataparallel": "fsdp", "ckpt": "checkpoint",
     "slower": "slow", "slowly": "slow", "slowdown": "slow", "slowness": "slow",
+    # a loss that blew up is the same failure whichever value it printed
+    "inf": "nan", "infinity": "nan", "infs": "nan", "infinite": "nan",
+    "identical": "same",
+    "dpp": "ddp",  # the usual slip, too short for the fuzzy match
+    "unbalanced": "imbalance", "imbalanced": "imbalance", "unequal": "uneven",
 }
 # Phrases users type for what the catalogue says one way: "the first gpu" is GPU 0, "rank zero" is rank 0.
 _PHRASES = [

@@ -105,3 +105,26 @@ def test_entries_list_only_probes_that_exist_and_every_probe_has_an_entry(catalo
             assert registry.get(probe_id) is not None, (entry.id, probe_id)
     listed = {p for probes in catalog.probe_map().values() for p in probes}
     assert listed >= set(registry.ids()) - {"versions"}  # versions is context for every report, no one entry
+
+
+def test_the_cache_fingerprint_follows_the_code_that_shapes_the_cached_objects(monkeypatch):
+    """An edit or upgrade of the search (its synonyms) must not be answered from an index cached by the old code."""
+    import os
+    from types import SimpleNamespace
+
+    from gpudoctor.kb import catalog as catalog_module
+
+    before = catalog_module._fingerprint([])
+    tracked = {part[0] for part in before[2]}
+    assert {"search.py", "loader.py", "markdown.py"} <= tracked
+    assert all(part[1] != "missing" for part in before[2])
+    real_stat = os.stat
+
+    def edited(path, *args, **kwargs):
+        st = real_stat(path, *args, **kwargs)
+        if str(path).endswith("search.py"):
+            return SimpleNamespace(st_mtime_ns=st.st_mtime_ns + 1, st_size=st.st_size)
+        return st
+
+    monkeypatch.setattr(catalog_module.os, "stat", edited)
+    assert catalog_module._fingerprint([]) != before

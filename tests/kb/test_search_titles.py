@@ -19,7 +19,7 @@ def test_the_set_is_real_and_large_enough():
     assert len(TITLES) >= 140
     assert len({url for _, _, url, _ in TITLES}) == len(TITLES)  # one title per thread
     assert all(url.startswith("https://") for _, _, url, _ in TITLES)
-    assert {split for *_, split in TITLES} == {"tune", "held", "held2"}
+    assert {split for *_, split in TITLES} == {"tune", "tune3", "held", "held2"}
     assert sum(split == "held2" for *_, split in TITLES) >= 40
     assert len({expect for _, expect, _, _ in TITLES}) >= 25  # most of the catalogue is asked about
 
