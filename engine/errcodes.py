@@ -60,7 +60,7 @@ CUDA_ERRORS = {
 # (newest); only the ones seen in training
 IB_COMPLETION = {
     1: ("IBV_WC_LOC_LEN_ERR", "a received message was longer than the buffer posted for it: ranks disagree on "
-        "sizes (mismatched NCCL versions or settings between nodes)"),
+        "sizes (mismatched NCCL versions or settings between nodes), or the two ports run different MTUs"),
     4: ("IBV_WC_LOC_PROT_ERR", "local protection error: the NIC could not use a registered buffer, often GPUDirect "
         "RDMA trouble (nvidia-peermem not loaded, ACS/IOMMU on the PCIe path)"),
     5: ("IBV_WC_WR_FLUSH_ERR", "work request flushed: the connection was already broken by an earlier error, so "
