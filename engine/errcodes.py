@@ -55,11 +55,12 @@ CUDA_ERRORS = {
           "the kernel driver and the user-space CUDA driver are different versions"),
     999: ("cudaErrorUnknown", "unknown error", "an unspecified CUDA failure, often after a GPU fell off the bus"),
 }
-# enum ibv_wc_status (libibverbs verbs.h) as NCCL's net_ib.cc prints it in "NET/IB : Got completion from peer
-# %s with error %d, ..." (NCCL 2.7-2.19) or "... with status=%d opcode=%d ..." (2.20+); only the ones seen in training
+# enum ibv_wc_status (libibverbs verbs.h) as NCCL's net_ib.cc prints it in "NET/IB : Got completion [from peer
+# %s ]with error %d, ..." (NCCL 2.4-2.18), "... with status=%d opcode=%d ..." (2.19+) or "status=IBV_WC_..(%d)"
+# (newest); only the ones seen in training
 IB_COMPLETION = {
     1: ("IBV_WC_LOC_LEN_ERR", "a received message was longer than the buffer posted for it: ranks disagree on "
-        "sizes (mismatched NCCL versions or settings between nodes)"),
+        "sizes (mismatched NCCL versions or settings between nodes), or the two ports run different MTUs"),
     4: ("IBV_WC_LOC_PROT_ERR", "local protection error: the NIC could not use a registered buffer, often GPUDirect "
         "RDMA trouble (nvidia-peermem not loaded, ACS/IOMMU on the PCIe path)"),
     5: ("IBV_WC_WR_FLUSH_ERR", "work request flushed: the connection was already broken by an earlier error, so "
@@ -73,7 +74,7 @@ IB_COMPLETION = {
     13: ("IBV_WC_RNR_RETRY_EXC_ERR", "receiver-not-ready retries exceeded: the peer did not post its receives in "
          "time, usually a stalled or dead peer"),
 }
-_IB_STATUS = _lazy(r"Got completion from peer \S{1,120} with (?:error |status=)(\d{1,3})\b")
+_IB_STATUS = _lazy(r"Got completion (?:from peer \S{1,120} )?with (?:error |status=)(?:IBV_WC_\w{1,30}\()?(\d{1,3})\b")
 
 _CUDA_BY_NAME = {name: (num, name, msg, why) for num, (name, msg, why) in CUDA_ERRORS.items()}
 _CUDA_BY_MESSAGE = {msg.lower(): (num, name, msg, why) for num, (name, msg, why) in CUDA_ERRORS.items()
