@@ -35,7 +35,11 @@ _FSDP_STATE = _lazy(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|
                          r"_full_post_load_state_dict_hook|_post_state_dict_hook|_pre_state_dict_hook|"
                          r"_pre_load_state_dict_hook|_post_load_state_dict_hook|_gather_\w+|full_optim_state_dict|"
                          r"_optim_state_dict\w*|get_model_state_dict|get_optimizer_state_dict|_get_fsdp_state_dict|"
-                         r"_state_dict_fn|FullStateDictConfig|FULL_STATE_DICT|full_state_dict|full_tensor)\b")
+                         r"_state_dict_fn|FullStateDictConfig|FULL_STATE_DICT|full_state_dict|full_tensor|"
+                         # the optimizer-state and DTensor gathers (fsdp/_optim_utils.py 2.0+, _state_dict_utils.py 2.2+)
+                         r"_unflatten_optim_state|_communicate_optim_state|_allgather_orig_param_states|"
+                         r"_convert_state_with_(?:orig|flat)_params|_all_gather_sharded_tensor|_offload_state_dict_to_cpu|"
+                         r"_common_unshard_(?:pre|post)_state_dict_hook)\b")
 _LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
                             r"Unexpected key\(s\) in state_dict")
 _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"

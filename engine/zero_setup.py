@@ -48,7 +48,7 @@ _SETUP_BEGINS = _lazy(r"Creating (?:fp16|bf16|fp32|torch\.\w+) ZeRO stage (?P<st
 _SETUP_ENDS = _lazy(r"After initializing ZeRO optimizer|optimizer state initialized|DeepSpeed Final Optimizer = |"
                     r"DeepSpeed LR Scheduler = |DeepSpeedEngine configuration|"
                     r"\*\*\*\*\* Running training \*\*\*\*\*|"
-                    r"[{ ,]'loss': |\bit/s\]|\bs/it\]|\bsteps?[=: ]+\d+\b.*\bloss\b|\[deepspeed\] OVERFLOW!|"
+                    r"[{ ,]'loss': |\d ?(?:it/s|s/it)\]|\bsteps?[=: ]+\d+\b.*\bloss\b|\[deepspeed\] OVERFLOW!|"
                     r", in (?:step|_take_model_step|backward|forward|train_batch|training_step\w*)\b")
 # torch's allocator message (c10/cuda/CUDACachingAllocator.cpp) and its exception class, on the line itself
 _OOM = _lazy(r"CUDA out of memory|OutOfMemoryError|HIP out of memory")

@@ -525,3 +525,32 @@ def test_oom_after_stage3_setup_began_names_d16(catalog):
     d = run(catalog, text)
     assert matches(d)[:1] == ["D16"]
     assert any(e.signature == "because" and "Before creating fp32 partitions" in e.text for e in d.findings[0].evidence)
+
+
+def test_load_shapes_split_along_dim_0_name_d15_and_other_shapes_do_not():
+    from gpudoctor.engine.shard_load import sharded_full_mismatch
+
+    def msg(key, ckpt, model):
+        return (f"\tsize mismatch for {key}: copying a param with shape torch.Size([{ckpt}]) from checkpoint, "
+                f"the shape in current model is torch.Size([{model}]).")
+    two = "\n".join([msg("layers.0.wq.weight", "4096, 4096", "512, 4096"), msg("layers.0.w1.weight", "11008, 4096",
+                                                                               "1376, 4096")])
+    assert sharded_full_mismatch(two, "x")[0] == 0.8  # 8 ways, both
+    assert sharded_full_mismatch(msg("norm.weight", "1000", "250"), "x")[0] == 0.6  # a shard of the whole, alone
+    assert sharded_full_mismatch(msg("layers.0.wq.weight", "1000", "334"), "x") is not None  # torch.chunk's ceil
+    assert sharded_full_mismatch(msg("classifier.weight", "156, 512", "751, 512"), "x") is None
+    assert sharded_full_mismatch(msg("fc.weight", "4, 512", "2, 512"), "x") is None  # a head: class count
+    assert sharded_full_mismatch(msg("conv.weight", "16, 64, 1, 1", "16, 16, 3, 3"), "x") is None
+    assert sharded_full_mismatch(two + "\n" + msg("layers.1.wq.weight", "4096, 4096", "2048, 4096"), "x") is None
+
+
+def test_frameless_oom_under_zero_is_d16_only_before_training_and_without_a_traceback():
+    from gpudoctor.engine.zero_setup import oom_before_training_under_zero
+
+    launch = "deepspeed --num_gpus 8 train.py --deepspeed ds_z2.json --bf16\n"
+    oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB (GPU 3; 79.35 GiB total capacity)\n"
+    assert oom_before_training_under_zero(launch + oom, "x") is not None
+    assert oom_before_training_under_zero(oom, "x") is None  # nothing says ZeRO
+    assert oom_before_training_under_zero(launch + "  5%|5         | 50/1000 [01:40<31:40,  2.00s/it]\n" + oom, "x") is None
+    framed = launch + 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n' + oom
+    assert oom_before_training_under_zero(framed, "x") is None  # the frames tell where: the frame rules read them
