@@ -40,6 +40,12 @@ _FSDP_STATE = _lazy(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|
                          r"_unflatten_optim_state|_communicate_optim_state|_allgather_orig_param_states|"
                          r"_convert_state_with_(?:orig|flat)_params|_all_gather_sharded_tensor|_offload_state_dict_to_cpu|"
                          r"_common_unshard_(?:pre|post)_state_dict_hook)\b")
+# FSDP gathering a unit's full parameters for its forward or backward: FSDP1 (fsdp/_runtime_utils.py _unshard,
+# _pre_forward_unshard; fsdp/_flat_param.py unshard, _alloc_padded_unsharded_flat_param, _all_gather_flat_param;
+# torch 1.12-2.x) and fully_shard (_fsdp_param_group.py unshard, _fsdp_collectives.py foreach_all_gather; 2.4+)
+_FSDP_UNSHARD = _lazy(r"(?:fsdp|_composable)[/\\]\S*\.py\S*,? (?:line \d+, )?in (?:\w+\.)?(?:_unshard|unshard|"
+                           r"_pre_forward_unshard|_alloc_padded_unsharded_flat_param|_all_gather_flat_param|"
+                           r"foreach_all_gather|alloc_all_gather_outputs)\b")
 _LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
                             r"Unexpected key\(s\) in state_dict")
 _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
@@ -91,6 +97,10 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
         if i is not None and any(_FSDP_PATH.search(x.replace("\\", "/")) for x in region):
             out.append(Verdict("D15", "rule:fsdp-state-dict-oom",
                                because(i, "rule:fsdp-state-dict-oom", "raised while gathering a full FSDP state dict")))
+        elif (i := _frame_with(region, _FSDP_UNSHARD)) is not None:
+            out.append(Verdict("D12", "hint:oom-gathering-fsdp-unit", because(
+                i, "hint:oom-gathering-fsdp-unit", "raised while FSDP gathered one unit's full parameters"),
+                score=0.55, tier="possible"))
     elif _LOAD_MISMATCH.search(error):
         i = _frame_with(region, _LOAD_FN, _FSDP_PATH)
         if i is not None:

@@ -554,3 +554,24 @@ def test_frameless_oom_under_zero_is_d16_only_before_training_and_without_a_trac
     assert oom_before_training_under_zero(launch + "  5%|5         | 50/1000 [01:40<31:40,  2.00s/it]\n" + oom, "x") is None
     framed = launch + 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n' + oom
     assert oom_before_training_under_zero(framed, "x") is None  # the frames tell where: the frame rules read them
+
+
+FSDP_UNSHARD_OOM = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "train.py", line 88, in <module>
+[rank0]:     loss = model(batch).loss
+[rank0]:   File "{SP}/torch/distributed/fsdp/_runtime_utils.py", line 381, in _pre_forward_unshard
+[rank0]:     _unshard(state, handle, state._unshard_stream, state._pre_unshard_stream)
+[rank0]:   File "{SP}/torch/distributed/fsdp/_runtime_utils.py", line 299, in _unshard
+[rank0]:     handle.unshard()
+[rank0]:   File "{SP}/torch/distributed/fsdp/_flat_param.py", line 1241, in unshard
+[rank0]:     unsharded_flat_param = self._alloc_padded_unsharded_flat_param()
+[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 25.10 GiB. GPU 0 has a total capacity of 79.14 GiB
+""".replace("{SP}", "/usr/lib/python3.11/site-packages")
+
+
+def test_oom_gathering_an_fsdp_unit_makes_d12_possible_but_not_a_match(catalog):
+    d = run(catalog, FSDP_UNSHARD_OOM)
+    assert "D12" not in matches(d)
+    assert "D12" in possible(d)[:3]
+    # the same gather under a full-state-dict hook is D15's
+    assert "D12" not in possible(run(catalog, FSDP_SAVE_OOM))
