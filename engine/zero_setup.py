@@ -51,7 +51,7 @@ _SETUP_ENDS = _lazy(r"After initializing ZeRO optimizer|optimizer state initiali
                     r"[{ ,]'loss': |\d ?(?:it/s|s/it)\]|\bsteps?[=: ]+\d+\b.*\bloss\b|\[deepspeed\] OVERFLOW!|"
                     r", in (?:step|_take_model_step|backward|forward|train_batch|training_step\w*)\b")
 # torch's allocator message (c10/cuda/CUDACachingAllocator.cpp) and its exception class, on the line itself
-_OOM = _lazy(r"CUDA out of memory|OutOfMemoryError|HIP out of memory")
+_OOM = _lazy(r"CUDA out of memory|OutOfMemoryError|HIP out of memory|CUDA error: out of memory")
 _FRAMEISH = _lazy(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
 # a run that trains under ZeRO: the DeepSpeed launcher's or a trainer's --deepspeed flag with a config, the config's
 # own keys, Lightning's strategy names, DeepSpeed's INFO lines naming a stage
@@ -60,6 +60,8 @@ _ZERO_RUN = _lazy(r"--deepspeed[= ]+\S+\.json|\"zero_optimization\"|'zero_optimi
                   r"\"stage\":\s*[1-3]\b")
 # the line a Python traceback ends with: the exception's type, optionally its message
 _RAISED = _lazy(r"^[A-Za-z_][\w.]*(?::|$)")
+_EXCEPTION = _lazy(r"[\w.]*(?:Error|Exception|Interrupt)\b")
+INTERLEAVED = 30  # lines of other ranks' output that may separate a traceback's frames from its exception
 _PREFIX = _lazy(r"^(?:\[(?:rank|RANK|Rank) ?\d+\]:|\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>:|\d+: )\s?")
 # progress bars that are not training steps: loading weights, downloading, tokenising a data set (tqdm's description)
 _NOT_A_STEP = _lazy(r"\b(?:Loading|Downloading|Fetching|Map|Filter|Tokeniz\w*|Running tokenizer|Converting|Generating|"
@@ -102,6 +104,8 @@ def setup_traceback_cut_short(text: str, file: str) -> tuple[Evidence, Evidence]
             n += 1
         if n < len(lines) and _RAISED.match(lines[n]):
             continue
+        if any(_EXCEPTION.match(x.lstrip()) for x in lines[n:n + INTERLEAVED]):
+            continue  # another process's lines came between the frames and their exception
         if last is not None and SETUP_FRAME.search(lines[last]) and \
                 _ALLOCATING.search(lines[last] + " " + (lines[last + 1] if last + 1 < len(lines) else "")):
             return (Evidence(file, last + 1, text.splitlines()[last], "rule:zero-setup-traceback-cut"),

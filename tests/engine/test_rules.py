@@ -575,3 +575,16 @@ def test_oom_gathering_an_fsdp_unit_makes_d12_possible_but_not_a_match(catalog):
     assert "D12" in possible(d)[:3]
     # the same gather under a full-state-dict hook is D15's
     assert "D12" not in possible(run(catalog, FSDP_SAVE_OOM))
+
+
+def test_a_zero_setup_traceback_whose_exception_comes_after_other_ranks_lines_is_not_cut_short():
+    from gpudoctor.engine.zero_setup import setup_traceback_cut_short
+
+    sp = "/opt/conda/lib/python3.10/site-packages"
+    frames = ("Traceback (most recent call last):\n"
+              f'  File "{sp}/deepspeed/runtime/zero/stage_1_and_2.py", line 485, in __init__\n'
+              "    self.initialize_optimizer_states()\n")
+    assert setup_traceback_cut_short(frames, "x") is not None
+    other = "[2024-05-01 09:12:03,114] [INFO] [stage_1_and_2.py:148:__init__] Reduce bucket size 500000000\n"
+    assert setup_traceback_cut_short(frames + other + "NotImplementedError: npu_format_cast\n", "x") is None
+    assert setup_traceback_cut_short(frames + other, "x") is not None
