@@ -5,6 +5,7 @@ import re
 
 from gpudoctor.engine.findings import Evidence, Finding
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.zero_setup import SETUP_FRAME  # ZeRO's optimizer-state set-up, by its frames' names
 from gpudoctor.kb.record import record, replace
 
 RULE_SCORE = 0.9  # a rule reads the frames themselves: as strong as a specific signature
@@ -28,20 +29,23 @@ class Verdict:
 _OOM = _lazy(r"OutOfMemoryError|CUDA out of memory|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
                   r"cudaErrorMemoryAllocation|Cuda failure 'out of memory'|CUDA error: out of memory")
 _FRAMEISH = _lazy(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
-# ZeRO's optimizer-state set-up: DeepSpeed >= 0.3 (runtime/zero/stage_1_and_2.py, stage3.py, engine.py)
-# and 0.1-0.2 (pt/deepspeed_zero_optimizer.py, pt/deepspeed_light.py)
-_ZERO_INIT = _lazy(r"\b(?:initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|"
-                        r"_configure_zero_optimizer|_create_fp16_partitions\w*|_create_fp16_sub_groups|"
-                        r"DeepSpeedZeroOptimizer(?:_Stage3)?\(|_link_all_hp_params)\b")
-_ZERO_PATH = _lazy(r"deepspeed/(?:runtime/zero/|runtime/engine\.py|pt/deepspeed_zero_optimizer|"
-                        r"pt/deepspeed_light|pt/zero_optimizer)")
 _FSDP_PATH = _lazy(r"torch/distributed/(?:fsdp|_composable/fsdp|checkpoint|_state_dict_utils)|"
                         r"fsdp/_state_dict_utils|fully_sharded_data_parallel")
 _FSDP_STATE = _lazy(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|_full_pre_load_state_dict_hook|"
                          r"_full_post_load_state_dict_hook|_post_state_dict_hook|_pre_state_dict_hook|"
                          r"_pre_load_state_dict_hook|_post_load_state_dict_hook|_gather_\w+|full_optim_state_dict|"
                          r"_optim_state_dict\w*|get_model_state_dict|get_optimizer_state_dict|_get_fsdp_state_dict|"
-                         r"_state_dict_fn|FullStateDictConfig|FULL_STATE_DICT|full_state_dict|full_tensor)\b")
+                         r"_state_dict_fn|FullStateDictConfig|FULL_STATE_DICT|full_state_dict|full_tensor|"
+                         # the optimizer-state and DTensor gathers (fsdp/_optim_utils.py 2.0+, _state_dict_utils.py 2.2+)
+                         r"_unflatten_optim_state|_communicate_optim_state|_allgather_orig_param_states|"
+                         r"_convert_state_with_(?:orig|flat)_params|_all_gather_sharded_tensor|_offload_state_dict_to_cpu|"
+                         r"_common_unshard_(?:pre|post)_state_dict_hook)\b")
+# FSDP gathering a unit's full parameters for its forward or backward: FSDP1 (fsdp/_runtime_utils.py _unshard,
+# _pre_forward_unshard; fsdp/_flat_param.py unshard, _alloc_padded_unsharded_flat_param, _all_gather_flat_param;
+# torch 1.12-2.x) and fully_shard (_fsdp_param_group.py unshard, _fsdp_collectives.py foreach_all_gather; 2.4+)
+_FSDP_UNSHARD = _lazy(r"(?:fsdp|_composable)[/\\]\S*\.py\S*,? (?:line \d+, )?in (?:\w+\.)?(?:_unshard|unshard|"
+                           r"_pre_forward_unshard|_alloc_padded_unsharded_flat_param|_all_gather_flat_param|"
+                           r"foreach_all_gather|alloc_all_gather_outputs)\b")
 _LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
                             r"Unexpected key\(s\) in state_dict")
 _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
@@ -85,7 +89,7 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
         return (replace(here, signature=rule), Evidence(file, base + i, f"{what}: {_clean(region[i])}", "because"))
 
     if _OOM.search(error):
-        i = _frame_with(region, _ZERO_INIT, _ZERO_PATH)
+        i = _frame_with(region, SETUP_FRAME)
         if i is not None:
             out.append(Verdict("D16", "rule:zero-init-oom",
                                because(i, "rule:zero-init-oom", "raised while DeepSpeed set up ZeRO optimizer state")))
@@ -93,6 +97,10 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
         if i is not None and any(_FSDP_PATH.search(x.replace("\\", "/")) for x in region):
             out.append(Verdict("D15", "rule:fsdp-state-dict-oom",
                                because(i, "rule:fsdp-state-dict-oom", "raised while gathering a full FSDP state dict")))
+        elif (i := _frame_with(region, _FSDP_UNSHARD)) is not None:
+            out.append(Verdict("D12", "hint:oom-gathering-fsdp-unit", because(
+                i, "hint:oom-gathering-fsdp-unit", "raised while FSDP gathered one unit's full parameters"),
+                score=0.55, tier="possible"))
     elif _LOAD_MISMATCH.search(error):
         i = _frame_with(region, _LOAD_FN, _FSDP_PATH)
         if i is not None:
@@ -267,11 +275,30 @@ MAX_ERRORS = 32  # error lines examined per input
 
 def zero_setup_rule(text: str, file: str) -> list[Verdict]:
     """A CUDA OOM after DeepSpeed's "Creating ... ZeRO stage N optimizer" / "Before initializing optimizer states" and
-    before its set-up finished: the stage does not fit the memory (D16), even when no frame was printed."""
-    from gpudoctor.engine.zero_setup import oom_during_zero_setup
+    before its set-up finished: the stage does not fit the memory (D16), even when no frame was printed. Weaker: a
+    traceback cut off inside ZeRO's optimizer-state allocation, or a frameless OOM in a ZeRO run before any step."""
+    from gpudoctor.engine.zero_setup import (oom_before_training_under_zero, oom_during_zero_setup,
+                                             setup_traceback_cut_short)
 
-    found = oom_during_zero_setup(text, file) if _OOM.search(text) else None
-    return [Verdict("D16", "rule:oom-during-zero-setup", found)] if found else []
+    if _OOM.search(text):
+        found = oom_during_zero_setup(text, file)
+        if found:
+            return [Verdict("D16", "rule:oom-during-zero-setup", found)]
+        found = oom_before_training_under_zero(text, file)
+        return [Verdict("D16", "rule:oom-before-training-under-zero", found, score=0.6)] if found else []
+    found = setup_traceback_cut_short(text, file) if "Traceback" in text else None
+    return [Verdict("D16", "rule:zero-setup-traceback-cut", found, score=0.6)] if found else []
+
+
+def sharded_load_rule(text: str, file: str) -> list[Verdict]:
+    """load_state_dict size mismatches that differ only in dim 0 by one whole factor: a full checkpoint against
+    sharded parameters or the reverse (D15)."""
+    if "size mismatch for" not in text:
+        return []
+    from gpudoctor.engine.shard_load import sharded_full_mismatch
+
+    found = sharded_full_mismatch(text, file)
+    return [Verdict("D15", "rule:sharded-vs-full-load", found[1], score=found[0])] if found else []
 
 
 def unwrapped(text: str) -> str:
@@ -301,6 +328,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(coll_desync_rule(whole, scan.name))
             verdicts.extend(two_gpus_one_process_rule(whole, scan.name))
             verdicts.extend(zero_setup_rule(whole, scan.name))
+            verdicts.extend(sharded_load_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

@@ -147,15 +147,18 @@ def test_a_traceback_cut_before_its_error_is_read_by_its_innermost_frames():
         f'  File "{sp}/deepspeed/runtime/engine.py", line 1530, in _configure_zero_optimizer',
         "    optimizer = DeepSpeedZeroOptimizer(",
         f'  File "{sp}/deepspeed/runtime/zero/stage_1_and_2.py", line 540, in __init__',
-        "    self.initialize_optimizer_states()",
+        "    self._update_model_bit16_weights(i)",
     ])
     d = run(text)
     assert d.findings and all(f.tier == "possible" for f in d.findings)
-    assert "initialize_optimizer_states" in d.findings[0].evidence[0].text
+    assert "_update_model_bit16_weights" in d.findings[0].evidence[0].text
     assert "D16" in [f.id for f in d.findings]
+    # cut inside the optimizer-state allocation itself, the frames are a D16 match (engine/zero_setup.py)
+    cut = run(text.replace("_update_model_bit16_weights(i)", "initialize_optimizer_states()"))
+    assert [(f.id, f.tier) for f in cut.findings][:1] == [("D16", "match")]
     # the same frames under an error line are not searched: the error line speaks for itself
     with_error = run(text + "\nValueError: bad learning rate 'x'")
-    assert all("initialize_optimizer_states" not in e.text for f in with_error.findings for e in f.evidence)
+    assert all("_update_model_bit16_weights" not in e.text for f in with_error.findings for e in f.evidence)
 
 
 def test_a_faulthandler_dump_with_no_error_is_read_by_the_frames_it_stopped_in():

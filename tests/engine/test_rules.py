@@ -555,3 +555,66 @@ def test_oom_after_stage3_setup_began_names_d16(catalog):
     d = run(catalog, text)
     assert matches(d)[:1] == ["D16"]
     assert any(e.signature == "because" and "Before creating fp32 partitions" in e.text for e in d.findings[0].evidence)
+
+
+def test_load_shapes_split_along_dim_0_name_d15_and_other_shapes_do_not():
+    from gpudoctor.engine.shard_load import sharded_full_mismatch
+
+    def msg(key, ckpt, model):
+        return (f"\tsize mismatch for {key}: copying a param with shape torch.Size([{ckpt}]) from checkpoint, "
+                f"the shape in current model is torch.Size([{model}]).")
+    two = "\n".join([msg("layers.0.wq.weight", "4096, 4096", "512, 4096"), msg("layers.0.w1.weight", "11008, 4096",
+                                                                               "1376, 4096")])
+    assert sharded_full_mismatch(two, "x")[0] == 0.8  # 8 ways, both
+    assert sharded_full_mismatch(msg("norm.weight", "1000", "250"), "x")[0] == 0.6  # a shard of the whole, alone
+    assert sharded_full_mismatch(msg("layers.0.wq.weight", "1000", "334"), "x") is not None  # torch.chunk's ceil
+    assert sharded_full_mismatch(msg("classifier.weight", "156, 512", "751, 512"), "x") is None
+    assert sharded_full_mismatch(msg("fc.weight", "4, 512", "2, 512"), "x") is None  # a head: class count
+    assert sharded_full_mismatch(msg("conv.weight", "16, 64, 1, 1", "16, 16, 3, 3"), "x") is None
+    assert sharded_full_mismatch(two + "\n" + msg("layers.1.wq.weight", "4096, 4096", "2048, 4096"), "x") is None
+
+
+def test_frameless_oom_under_zero_is_d16_only_before_training_and_without_a_traceback():
+    from gpudoctor.engine.zero_setup import oom_before_training_under_zero
+
+    launch = "deepspeed --num_gpus 8 train.py --deepspeed ds_z2.json --bf16\n"
+    oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB (GPU 3; 79.35 GiB total capacity)\n"
+    assert oom_before_training_under_zero(launch + oom, "x") is not None
+    assert oom_before_training_under_zero(oom, "x") is None  # nothing says ZeRO
+    assert oom_before_training_under_zero(launch + "  5%|5         | 50/1000 [01:40<31:40,  2.00s/it]\n" + oom, "x") is None
+    framed = launch + 'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n' + oom
+    assert oom_before_training_under_zero(framed, "x") is None  # the frames tell where: the frame rules read them
+
+
+FSDP_UNSHARD_OOM = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "train.py", line 88, in <module>
+[rank0]:     loss = model(batch).loss
+[rank0]:   File "{SP}/torch/distributed/fsdp/_runtime_utils.py", line 381, in _pre_forward_unshard
+[rank0]:     _unshard(state, handle, state._unshard_stream, state._pre_unshard_stream)
+[rank0]:   File "{SP}/torch/distributed/fsdp/_runtime_utils.py", line 299, in _unshard
+[rank0]:     handle.unshard()
+[rank0]:   File "{SP}/torch/distributed/fsdp/_flat_param.py", line 1241, in unshard
+[rank0]:     unsharded_flat_param = self._alloc_padded_unsharded_flat_param()
+[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 25.10 GiB. GPU 0 has a total capacity of 79.14 GiB
+""".replace("{SP}", "/usr/lib/python3.11/site-packages")
+
+
+def test_oom_gathering_an_fsdp_unit_makes_d12_possible_but_not_a_match(catalog):
+    d = run(catalog, FSDP_UNSHARD_OOM)
+    assert "D12" not in matches(d)
+    assert "D12" in possible(d)[:3]
+    # the same gather under a full-state-dict hook is D15's
+    assert "D12" not in possible(run(catalog, FSDP_SAVE_OOM))
+
+
+def test_a_zero_setup_traceback_whose_exception_comes_after_other_ranks_lines_is_not_cut_short():
+    from gpudoctor.engine.zero_setup import setup_traceback_cut_short
+
+    sp = "/opt/conda/lib/python3.10/site-packages"
+    frames = ("Traceback (most recent call last):\n"
+              f'  File "{sp}/deepspeed/runtime/zero/stage_1_and_2.py", line 485, in __init__\n'
+              "    self.initialize_optimizer_states()\n")
+    assert setup_traceback_cut_short(frames, "x") is not None
+    other = "[2024-05-01 09:12:03,114] [INFO] [stage_1_and_2.py:148:__init__] Reduce bucket size 500000000\n"
+    assert setup_traceback_cut_short(frames + other + "NotImplementedError: npu_format_cast\n", "x") is None
+    assert setup_traceback_cut_short(frames + other, "x") is not None

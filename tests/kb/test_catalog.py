@@ -13,7 +13,7 @@ REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
 EXPECTED_IDS = (
     [f"D{i}" for i in range(1, 24)] + [f"MN{i}" for i in range(1, 7)] + [f"P{i}" for i in range(1, 7)] + ["G1"]
 )
-SHOWS = set("D1 D2 D3 D4 D5 D6 D8 D9 D15 D16 D17 D18 D19 D20 D21 D23 MN1 MN2 MN3 MN4 MN5 MN6 P1 P2 P4".split())
+SHOWS = set("D1 D2 D3 D4 D5 D6 D8 D9 D12 D13 D14 D15 D16 D17 D18 D19 D20 D21 D23 MN1 MN2 MN3 MN4 MN5 MN6 P1 P2 P4".split())
 
 
 @pytest.fixture(scope="module")
