@@ -248,6 +248,31 @@ def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
     return []
 
 
+# DDP's device_ids check (torch/nn/parallel/distributed.py) fails for a module on the CPU (P2) and for one that a
+# device_map spread over several GPUs; the parameter set it prints tells them apart, even across a wrapped line
+_DEVICE_IDS_CHECK = _lazy(r"device_ids and output_device arguments\s+only work with single-device[\s\S]{0,300}?"
+                               r"module\s+parameters\s+\{(?P<devices>[^}]*)\}")
+_CUDA_INDEX = _lazy(r"device\(type='cuda',\s*index=(\d+)\)")
+
+
+def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
+    """DDP's device_ids check whose module parameters lie on two or more GPUs: a model split over GPUs, not P2."""
+    if "only work with single-device" not in text:
+        return []
+    for m in _DEVICE_IDS_CHECK.finditer(text):
+        gpus = set(_CUDA_INDEX.findall(m.group("devices")))
+        if len(gpus) < 2:
+            continue
+        line_no = text.count("\n", 0, m.start()) + 1
+        line = text.splitlines()[line_no - 1]
+        return [Verdict("P2", "rule:multi-device-module", (Evidence(file, line_no, line, "rule:multi-device-module"),),
+                        rule_out=True,
+                        note=f"not P2: line {line_no} shows the module's parameters on {len(gpus)} GPUs; a model spread "
+                             f"over GPUs (device_map) takes no device_ids: pass device_ids=None, or load the whole "
+                             f"model on this rank's GPU")]
+    return []
+
+
 # --- every input -----------------------------------------------------------------------------------
 
 _TRIGGER = _lazy(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
@@ -289,6 +314,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(interface_rule(whole, scan.name))
             verdicts.extend(coll_desync_rule(whole, scan.name))
             verdicts.extend(two_gpus_one_process_rule(whole, scan.name))
+            verdicts.extend(multi_device_module_rule(whole, scan.name))
             verdicts.extend(zero_setup_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
