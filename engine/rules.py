@@ -54,6 +54,10 @@ _LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_r
                           r"args\.gpu\b|local_device")
 _GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
                            r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b")
+# a bare `rank` is only known to be global when nothing says otherwise: under mp.spawn it is usually the spawn index
+_GLOBAL_EXPLICIT = _lazy(r"\bRANK\b|get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\.rank\b")
+_SPAWNED = _lazy(r"-- Process \d+ terminated with the following error|ProcessRaisedException|"
+                      r"torch[/\\]multiprocessing[/\\]spawn\.py")
 LOOK_BACK = 150  # lines before an error line that may hold its traceback
 
 
@@ -117,6 +121,12 @@ def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]
                             rule_out=True,
                             note=f"not D3: line {base + i} sets the device by the local rank ({code[:80]}); an invalid "
                                  f"ordinal then means more processes on the node than visible GPUs")]
+        if _GLOBAL_INDEX.search(arg) and not _GLOBAL_EXPLICIT.search(arg) and any(map(_SPAWNED.search, region)):
+            return [Verdict("D3", "rule:ordinal-by-spawn-index", (replace(here, signature="rule:ordinal-by-spawn-index"),),
+                            rule_out=True,
+                            note=f"not D3: line {base + i} sets the device by the index mp.spawn passed ({code[:80]}), "
+                                 f"which counts the processes of one machine; an invalid ordinal then means more "
+                                 f"spawned processes than visible GPUs")]
         if _GLOBAL_INDEX.search(arg):
             return [Verdict("D3", "rule:ordinal-by-global-rank", (
                 replace(here, signature="rule:ordinal-by-global-rank"),
