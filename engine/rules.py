@@ -46,10 +46,13 @@ _LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Miss
                             r"Unexpected key\(s\) in state_dict")
 _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
                       r"_full_post_load_state_dict_hook|set_model_state_dict|_load_model_state_dict|load_state_dict)\b")
-_INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE")
+# torch's runtime check, torch.cuda.get_device_properties' Python check, c10's CUDAContext assert: an index past the GPUs
+_INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE|"
+                              r"AssertionError: Invalid device id|device >= 0 && device < num_gpus INTERNAL ASSERT")
 _DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
-                          r"[\"']cuda:[\"']\s*\+")
-_PASSTHROUGH = _lazy(r"_cuda_setDevice\(|set_device\(\s*(?:device|self\.device|dev|d)\s*\)")
+                          r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(")
+_PASSTHROUGH = _lazy(r"_cuda_setDevice\(|(?:set_device|get_device_properties|get_device_name|get_device_capability)"
+                          r"\(\s*(?:device|self\.device|dev|d)\s*\)")
 _LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id|"
                           r"args\.gpu\b|local_device")
 _GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
