@@ -50,14 +50,21 @@ _LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Miss
                             r"Unexpected key\(s\) in state_dict")
 _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
                       r"_full_post_load_state_dict_hook|set_model_state_dict|_load_model_state_dict|load_state_dict)\b")
-_INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE")
+# torch's runtime check, torch.cuda.get_device_properties' Python check, c10's CUDAContext assert: an index past the GPUs
+_INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE|"
+                              r"AssertionError: Invalid device id|device >= 0 && device < num_gpus INTERNAL ASSERT")
 _DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
-                          r"[\"']cuda:[\"']\s*\+")
-_PASSTHROUGH = _lazy(r"_cuda_setDevice\(|set_device\(\s*(?:device|self\.device|dev|d)\s*\)")
+                          r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(")
+_PASSTHROUGH = _lazy(r"_cuda_setDevice\(|(?:set_device|get_device_properties|get_device_name|get_device_capability)"
+                          r"\(\s*(?:device|self\.device|dev|d)\s*\)")
 _LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id|"
                           r"args\.gpu\b|local_device")
 _GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
                            r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b")
+# a bare `rank` is only known to be global when nothing says otherwise: under mp.spawn it is usually the spawn index
+_GLOBAL_EXPLICIT = _lazy(r"\bRANK\b|get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\.rank\b")
+_SPAWNED = _lazy(r"-- Process \d+ terminated with the following error|ProcessRaisedException|"
+                      r"torch[/\\]multiprocessing[/\\]spawn\.py")
 LOOK_BACK = 150  # lines before an error line that may hold its traceback
 
 
@@ -125,6 +132,12 @@ def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]
                             rule_out=True,
                             note=f"not D3: line {base + i} sets the device by the local rank ({code[:80]}); an invalid "
                                  f"ordinal then means more processes on the node than visible GPUs")]
+        if _GLOBAL_INDEX.search(arg) and not _GLOBAL_EXPLICIT.search(arg) and any(map(_SPAWNED.search, region)):
+            return [Verdict("D3", "rule:ordinal-by-spawn-index", (replace(here, signature="rule:ordinal-by-spawn-index"),),
+                            rule_out=True,
+                            note=f"not D3: line {base + i} sets the device by the index mp.spawn passed ({code[:80]}), "
+                                 f"which counts the processes of one machine; an invalid ordinal then means more "
+                                 f"spawned processes than visible GPUs")]
         if _GLOBAL_INDEX.search(arg):
             return [Verdict("D3", "rule:ordinal-by-global-rank", (
                 replace(here, signature="rule:ordinal-by-global-rank"),
@@ -267,6 +280,31 @@ def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
     return []
 
 
+# DDP's device_ids check (torch/nn/parallel/distributed.py) fails for a module on the CPU (P2) and for one that a
+# device_map spread over several GPUs; the parameter set it prints tells them apart, even across a wrapped line
+_DEVICE_IDS_CHECK = _lazy(r"device_ids and output_device arguments\s+only work with single-device[\s\S]{0,300}?"
+                               r"module\s+parameters\s+\{(?P<devices>[^}]*)\}")
+_CUDA_INDEX = _lazy(r"device\(type='cuda',\s*index=(\d+)\)")
+
+
+def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
+    """DDP's device_ids check whose module parameters lie on two or more GPUs: a model split over GPUs, not P2."""
+    if "only work with single-device" not in text:
+        return []
+    for m in _DEVICE_IDS_CHECK.finditer(text):
+        gpus = set(_CUDA_INDEX.findall(m.group("devices")))
+        if len(gpus) < 2:
+            continue
+        line_no = text.count("\n", 0, m.start()) + 1
+        line = text.splitlines()[line_no - 1]
+        return [Verdict("P2", "rule:multi-device-module", (Evidence(file, line_no, line, "rule:multi-device-module"),),
+                        rule_out=True,
+                        note=f"not P2: line {line_no} shows the module's parameters on {len(gpus)} GPUs; a model spread "
+                             f"over GPUs (device_map) takes no device_ids: pass device_ids=None, or load the whole "
+                             f"model on this rank's GPU")]
+    return []
+
+
 # --- every input -----------------------------------------------------------------------------------
 
 _TRIGGER = _lazy(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
@@ -327,6 +365,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(interface_rule(whole, scan.name))
             verdicts.extend(coll_desync_rule(whole, scan.name))
             verdicts.extend(two_gpus_one_process_rule(whole, scan.name))
+            verdicts.extend(multi_device_module_rule(whole, scan.name))
             verdicts.extend(zero_setup_rule(whole, scan.name))
             verdicts.extend(sharded_load_rule(whole, scan.name))
         seen = 0

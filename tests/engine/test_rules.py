@@ -180,6 +180,46 @@ def test_a_real_local_rank_ordinal_error_rules_d3_out():
     assert any("local rank" in n for n in d.notes)
 
 
+def test_invalid_ordinal_from_the_spawn_index_is_not_d3(catalog):
+    # mp.spawn passes each process its index on this machine: a bare `rank` there is local, so too many processes
+    spawned = ("-- Process 2 terminated with the following error:\n"
+               f'  File "{SP}/torch/multiprocessing/spawn.py", line 90, in _wrap\n    fn(i, *args)\n')
+    d = run(catalog, spawned + _ordinal("torch.cuda.set_device(rank)"))
+    assert "D3" not in matches(d) and "D3" not in possible(d)
+    assert any(n.startswith("not D3") and "mp.spawn" in n for n in d.notes)
+    d = run(catalog, spawned + _ordinal("torch.cuda.set_device(dist.get_rank())"))
+    assert matches(d)[:1] == ["D3"]
+
+
+@pytest.mark.parametrize(("call", "d3"), [("name = torch.cuda.get_device_name(rank)", True),
+                                         ("name = torch.cuda.get_device_name(local_rank)", False)])
+def test_invalid_device_id_from_get_device_properties_follows_the_index(catalog, call, d3):
+    # torch/cuda/__init__.py checks the index in Python ("Invalid device id"): the same rule as an invalid ordinal
+    text = f"""Traceback (most recent call last):
+  File "main.py", line 40, in <module>
+    {call}
+  File "{SP}/torch/cuda/__init__.py", line 414, in get_device_name
+    return get_device_properties(device).name
+  File "{SP}/torch/cuda/__init__.py", line 444, in get_device_properties
+    raise AssertionError("Invalid device id")
+AssertionError: Invalid device id
+"""
+    d = run(catalog, text)
+    assert (matches(d)[:1] == ["D3"]) is d3
+    assert d3 or any(n.startswith("not D3") for n in d.notes)
+
+
+def test_device_ids_check_on_a_module_spread_over_gpus_is_not_p2(catalog):
+    text = ("ValueError: DistributedDataParallel device_ids and output_device arguments only work with single-device/"
+            "multiple-device GPU modules or CPU\nmodules, but got device_ids [0], output_device 0, and module parameters "
+            "{device(type='cuda', index=0), device(type='cuda', index=1)}.\n")
+    d = run(catalog, text)
+    assert "P2" not in matches(d)
+    assert any(n.startswith("not P2") for n in d.notes)
+    d = run(catalog, text.replace("device(type='cuda', index=0), device(type='cuda', index=1)", "device(type='cpu')"))
+    assert matches(d)[:1] == ["P2"]
+
+
 def _hang(tmp_path: Path, mode: str, port: int) -> Path:
     out = tmp_path / mode
     out.mkdir()
