@@ -62,8 +62,13 @@ def _left_loop_early(state: RankState) -> None:
             continue
         silent = r.error_kind is None and r.sources and r.last_line is not None and r.init_complete is not False
         elsewhere = r.blocked_in is not None and r.blocked_in not in steps and r.blocked_in in COLLECTIVES
-        if silent or elsewhere:
-            left.append((r, r.blocked_from or r.first_error if elsewhere else r.last_line))
+        # it never timed out, yet lost the peer that timed out waiting for it: it was not in that collective, and
+        # only heard of the others when they gave up (gloo: "Connection closed by peer" after the peer's recv timeout)
+        outlived = r.error_kind == "lost-peer" and r.timed_out_in is None and r.first_error is not None and all(
+            o.first_error.file == r.first_error.file and o.first_error.line < r.first_error.line for o in in_step)
+        if silent or elsewhere or outlived:
+            left.append((r, r.blocked_from or r.first_error if elsewhere else
+                         r.first_error if outlived else r.last_line))
     if not left or len(left) >= len(reports):
         return
     for r, ev in left[:3]:

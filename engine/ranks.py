@@ -20,6 +20,7 @@ _LAUNCHER_ERRORS = {"ChildFailedError", "ProcessExitedException", "ProcessRaised
 _LOST_PEER = _lazy(LOST_PEER)
 # every prefix that carries a rank has one of these near the start of the line
 _RANK_PREFIX_HINT = _lazy(r"\[(?:rank|default|trainer|worker)?\d+\]:|\[\d+,\d+\]<|rank=\d|\[Rank \d")
+_SCRIPT_RANK = _lazy(r"^\[(?:rank|Rank|RANK) ?(\d{1,6})\]")  # a script's own "[rank3] epoch 2 done"
 
 
 def _prefix(text: str):
@@ -188,12 +189,33 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
         r.last_line = Evidence(scan.name, line_no, text, "last-line")
         r.last_time = _prefix(text).timestamp or r.last_time
     elif hint is None:
+        _rank_tails(state, scan)
         for line_no, text in scan.tail:
             rank = prefix_rank(text)
             if rank is not None and rank in state.reports:
                 r = state.reports[rank]
                 r.last_line = Evidence(scan.name, line_no, text, "last-line")
                 r.last_time = _prefix(text).timestamp or r.last_time
+
+
+def _rank_tails(state: RankState, scan) -> None:
+    """Each rank's last line near the end of one merged log: a rank that printed no error anywhere is known by it
+    (the rank that left the loop while the others waited for it)."""
+    for line_no, text in getattr(scan, "rank_tail", {}).values():
+        rank = prefix_rank(text)
+        if rank is None:
+            m = _SCRIPT_RANK.match(text)
+            if m is None:
+                continue
+            rank = int(m.group(1))
+        if state.world and rank >= state.world:
+            continue
+        r = state.rank(rank)
+        if scan.name not in r.sources:
+            r.sources.append(scan.name)
+        if r.last_line is None or (r.last_line.file == scan.name and r.last_line.line < line_no):
+            r.last_line = Evidence(scan.name, line_no, text, "last-line")
+            r.last_time = _prefix(text).timestamp or r.last_time
 
 
 def _via_rank_zero_wrapper(state: RankState, file: str, tb, lines: list[str], line_no: int) -> None:
