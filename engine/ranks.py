@@ -170,6 +170,9 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
                 continue
             if name in ("exception", "watchdog", "gloo-timeout", "signal", "mismatch"):
                 _record_error(state, r, scan.name, hit, hit.text)
+    hits = scan.hits.get(index["horovod-missing"])
+    if hits:
+        _horovod_stall(state, scan.name, hits.all())
     # a rank whose traceback was cut before its error line, with no error of its own anywhere in the input and not
     # stopped in a collective (where waiting ranks stop), raised something itself: a pasted excerpt lost the line
     for rank, tb, hit in cut:
@@ -216,6 +219,46 @@ def _rank_tails(state: RankState, scan) -> None:
         if r.last_line is None or (r.last_line.file == scan.name and r.last_line.line < line_no):
             r.last_line = Evidence(scan.name, line_no, text, "last-line")
             r.last_time = _prefix(text).timestamp or r.last_time
+
+
+_HVD_MISSING = _lazy(r"(?:^|[>:\]])(\d{1,6})!?: \[([^\]]*)")
+_HVD_OP = _lazy(r"(?i)(allreduce|broadcast|allgather|alltoall|reducescatter)")
+_HVD_COLLECTIVE = {"allreduce": "all_reduce", "broadcast": "broadcast", "allgather": "all_gather",
+                   "alltoall": "all_to_all", "reducescatter": "reduce_scatter"}
+
+
+def _horovod_stall(state: RankState, file: str, hits: list[Hit]) -> None:
+    """Horovod's stall reports ("Missing ranks:" then "1: [allreduce.fc.weight, ...]" per rank): a rank missing
+    only some kinds of collective submitted the other kinds, so it waits in those while its peers wait in the ones it
+    lacks; the first report with two kinds says the ranks are blocked in different collectives."""
+    reports: list[list[Hit]] = []
+    for hit in hits:  # one report's lines run on
+        if reports and hit.line_no == reports[-1][-1].line_no + 1:
+            reports[-1].append(hit)
+        else:
+            reports.append([hit])
+    for report in reports:
+        missing: dict[int, tuple[set[str], Hit]] = {}
+        for hit in report:
+            m = _HVD_MISSING.search(_prefix(hit.text).body) or _HVD_MISSING.search(hit.text)
+            kinds = {k.group(1).lower() for k in map(_HVD_OP.search, m.group(2).split(", ")) if k} if m else None
+            if kinds:
+                missing[int(m.group(1))] = (kinds, hit)
+        every = set().union(*(k for k, _ in missing.values())) if missing else set()
+        if len(every) >= 2:
+            break
+    else:
+        return
+    for rank, (kinds, hit) in missing.items():
+        submitted = every - kinds
+        if len(submitted) != 1:
+            continue
+        r = state.rank(rank)
+        if r.blocked_in is None:
+            r.blocked_in = _HVD_COLLECTIVE[submitted.pop()]
+            r.blocked_from = Evidence(file, hit.line_no, hit.text, "horovod stall report")
+        if file not in r.sources:
+            r.sources.append(file)
 
 
 def _via_rank_zero_wrapper(state: RankState, file: str, tb, lines: list[str], line_no: int) -> None:
