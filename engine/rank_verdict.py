@@ -45,7 +45,28 @@ def derive(state: RankState) -> None:
                 if ev is not None:
                     state.signal("collective-in-gated-path", ev.file, Hit(ev.line, ev.text))
 
+    _same_seq_different_work(state)
     _left_loop_early(state)
+
+
+def _same_seq_different_work(state: RankState) -> None:
+    """Watchdogs that timed out on the same process group's same SeqNum but name another OpType or other element
+    counts (WorkNCCL(SeqNum=, OpType=, NumelIn=, NumelOut=)): the ranks had issued different collectives as their
+    n-th, so each waits for a partner that is elsewhere. Coalesced work is left out (its counts are per batch)."""
+    by_seq: dict[tuple, dict[tuple, RankReport]] = {}
+    for r in state.reports.values():
+        work = r.timed_out_work
+        if work is None or r.timed_out_line is None or "COALESCED" in work[2]:
+            continue
+        pg, seq, op, numel_in, numel_out = work
+        if seq < 1:
+            continue
+        by_seq.setdefault((pg, seq), {}).setdefault((op, numel_in, numel_out), r)
+    for kinds in by_seq.values():
+        if len(kinds) > 1:
+            for r in list(kinds.values())[:4]:
+                ev = r.timed_out_line
+                state.signal("ranks-in-different-collectives", ev.file, Hit(ev.line, ev.text))
 
 
 def _left_loop_early(state: RankState) -> None:

@@ -162,6 +162,9 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
                         r.last_enqueued = max(r.last_enqueued or 0, wd.last_enqueued)
                     if wd.last_completed is not None:
                         r.last_completed = max(r.last_completed or 0, wd.last_completed)
+                    if wd.seq is not None and wd.op_type and wd.kind == "nccl_timeout" and r.timed_out_work is None:
+                        r.timed_out_work = (wd.pg_id, wd.seq, wd.op_type, wd.numel_in, wd.numel_out)
+                        r.timed_out_line = Evidence(scan.name, hit.line_no, hit.text, "watchdog")
                     if wd.seq is not None and r.timed_out_in is None:
                         r.timed_out_in = f"{wd.op_type or 'collective'} #{wd.seq}"
                         if r.last_completed is None:
