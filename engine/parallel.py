@@ -118,6 +118,9 @@ def merge(parts: list[SourceScan]) -> SourceScan:
                 total.windows.append((opener, line_no + offset, lines))
         if part.tail:
             total.tail = (total.tail + [(n + offset, t) for n, t in part.tail])[-TAIL_LINES:]
+        for key, (n, t) in part.rank_tail.items():
+            total.rank_tail.pop(key, None)
+            total.rank_tail[key] = (n + offset, t)
         offset += part.lines
     total.lines = offset
     return total

@@ -40,6 +40,8 @@ STRUCTURAL = {  # name: (regex, literals one of which every match contains; a te
                               "communicator was aborted", "remote process exited", "ProcessGroup", "NCCL communicator")),
     "signal": (r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*: -\d+", (") received by PID", "exitcode")),
     "mismatch": (r"Detected mismatch between collectives on ranks", ("Detected mismatch between collectives on ranks",)),
+    # Horovod's stall inspector (stall_inspector.cc, 0.20+) lists each missing rank and the tensors it never submitted
+    "horovod-missing": (r"(?:^|[>:\]])\d{1,6}!?: \[\S", (": [",)),
 }
 
 

@@ -24,6 +24,9 @@ class RankReport:
     last_enqueued: int | None = None
     last_completed: int | None = None
     timed_out_in: str | None = None  # "ALLREDUCE #57" when this rank's watchdog fired
+    # (process group, SeqNum, OpType, NumelIn, NumelOut) of the work its watchdog reported timed out, and that line
+    timed_out_work: tuple | None = None
+    timed_out_line: Evidence | None = None
     init_complete: bool | None = None
     first_error: Evidence | None = None
     error_kind: str | None = None  # crash (its own error), timeout (waiting on others), lost-peer, desync

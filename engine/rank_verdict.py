@@ -45,7 +45,28 @@ def derive(state: RankState) -> None:
                 if ev is not None:
                     state.signal("collective-in-gated-path", ev.file, Hit(ev.line, ev.text))
 
+    _same_seq_different_work(state)
     _left_loop_early(state)
+
+
+def _same_seq_different_work(state: RankState) -> None:
+    """Watchdogs that timed out on the same process group's same SeqNum but name another OpType or other element
+    counts (WorkNCCL(SeqNum=, OpType=, NumelIn=, NumelOut=)): the ranks had issued different collectives as their
+    n-th, so each waits for a partner that is elsewhere. Coalesced work is left out (its counts are per batch)."""
+    by_seq: dict[tuple, dict[tuple, RankReport]] = {}
+    for r in state.reports.values():
+        work = r.timed_out_work
+        if work is None or r.timed_out_line is None or "COALESCED" in work[2]:
+            continue
+        pg, seq, op, numel_in, numel_out = work
+        if seq < 1:
+            continue
+        by_seq.setdefault((pg, seq), {}).setdefault((op, numel_in, numel_out), r)
+    for kinds in by_seq.values():
+        if len(kinds) > 1:
+            for r in list(kinds.values())[:4]:
+                ev = r.timed_out_line
+                state.signal("ranks-in-different-collectives", ev.file, Hit(ev.line, ev.text))
 
 
 def _left_loop_early(state: RankState) -> None:
@@ -62,8 +83,13 @@ def _left_loop_early(state: RankState) -> None:
             continue
         silent = r.error_kind is None and r.sources and r.last_line is not None and r.init_complete is not False
         elsewhere = r.blocked_in is not None and r.blocked_in not in steps and r.blocked_in in COLLECTIVES
-        if silent or elsewhere:
-            left.append((r, r.blocked_from or r.first_error if elsewhere else r.last_line))
+        # it never timed out, yet lost the peer that timed out waiting for it: it was not in that collective, and
+        # only heard of the others when they gave up (gloo: "Connection closed by peer" after the peer's recv timeout)
+        outlived = r.error_kind == "lost-peer" and r.timed_out_in is None and r.first_error is not None and all(
+            o.first_error.file == r.first_error.file and o.first_error.line < r.first_error.line for o in in_step)
+        if silent or elsewhere or outlived:
+            left.append((r, r.blocked_from or r.first_error if elsewhere else
+                         r.first_error if outlived else r.last_line))
     if not left or len(left) >= len(reports):
         return
     for r, ev in left[:3]:

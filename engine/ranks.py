@@ -20,6 +20,7 @@ _LAUNCHER_ERRORS = {"ChildFailedError", "ProcessExitedException", "ProcessRaised
 _LOST_PEER = _lazy(LOST_PEER)
 # every prefix that carries a rank has one of these near the start of the line
 _RANK_PREFIX_HINT = _lazy(r"\[(?:rank|default|trainer|worker)?\d+\]:|\[\d+,\d+\]<|rank=\d|\[Rank \d")
+_SCRIPT_RANK = _lazy(r"^\[(?:rank|Rank|RANK) ?(\d{1,6})\]")  # a script's own "[rank3] epoch 2 done"
 
 
 def _prefix(text: str):
@@ -161,6 +162,9 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
                         r.last_enqueued = max(r.last_enqueued or 0, wd.last_enqueued)
                     if wd.last_completed is not None:
                         r.last_completed = max(r.last_completed or 0, wd.last_completed)
+                    if wd.seq is not None and wd.op_type and wd.kind == "nccl_timeout" and r.timed_out_work is None:
+                        r.timed_out_work = (wd.pg_id, wd.seq, wd.op_type, wd.numel_in, wd.numel_out)
+                        r.timed_out_line = Evidence(scan.name, hit.line_no, hit.text, "watchdog")
                     if wd.seq is not None and r.timed_out_in is None:
                         r.timed_out_in = f"{wd.op_type or 'collective'} #{wd.seq}"
                         if r.last_completed is None:
@@ -169,6 +173,9 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
                 continue
             if name in ("exception", "watchdog", "gloo-timeout", "signal", "mismatch"):
                 _record_error(state, r, scan.name, hit, hit.text)
+    hits = scan.hits.get(index["horovod-missing"])
+    if hits:
+        _horovod_stall(state, scan.name, hits.all())
     # a rank whose traceback was cut before its error line, with no error of its own anywhere in the input and not
     # stopped in a collective (where waiting ranks stop), raised something itself: a pasted excerpt lost the line
     for rank, tb, hit in cut:
@@ -188,12 +195,73 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
         r.last_line = Evidence(scan.name, line_no, text, "last-line")
         r.last_time = _prefix(text).timestamp or r.last_time
     elif hint is None:
+        _rank_tails(state, scan)
         for line_no, text in scan.tail:
             rank = prefix_rank(text)
             if rank is not None and rank in state.reports:
                 r = state.reports[rank]
                 r.last_line = Evidence(scan.name, line_no, text, "last-line")
                 r.last_time = _prefix(text).timestamp or r.last_time
+
+
+def _rank_tails(state: RankState, scan) -> None:
+    """Each rank's last line near the end of one merged log: a rank that printed no error anywhere is known by it
+    (the rank that left the loop while the others waited for it)."""
+    for line_no, text in getattr(scan, "rank_tail", {}).values():
+        rank = prefix_rank(text)
+        if rank is None:
+            m = _SCRIPT_RANK.match(text)
+            if m is None:
+                continue
+            rank = int(m.group(1))
+        if state.world and rank >= state.world:
+            continue
+        r = state.rank(rank)
+        if scan.name not in r.sources:
+            r.sources.append(scan.name)
+        if r.last_line is None or (r.last_line.file == scan.name and r.last_line.line < line_no):
+            r.last_line = Evidence(scan.name, line_no, text, "last-line")
+            r.last_time = _prefix(text).timestamp or r.last_time
+
+
+_HVD_MISSING = _lazy(r"(?:^|[>:\]])(\d{1,6})!?: \[([^\]]*)")
+_HVD_OP = _lazy(r"(?i)(allreduce|broadcast|allgather|alltoall|reducescatter)")
+_HVD_COLLECTIVE = {"allreduce": "all_reduce", "broadcast": "broadcast", "allgather": "all_gather",
+                   "alltoall": "all_to_all", "reducescatter": "reduce_scatter"}
+
+
+def _horovod_stall(state: RankState, file: str, hits: list[Hit]) -> None:
+    """Horovod's stall reports ("Missing ranks:" then "1: [allreduce.fc.weight, ...]" per rank): a rank missing
+    only some kinds of collective submitted the other kinds, so it waits in those while its peers wait in the ones it
+    lacks; the first report with two kinds says the ranks are blocked in different collectives."""
+    reports: list[list[Hit]] = []
+    for hit in hits:  # one report's lines run on
+        if reports and hit.line_no == reports[-1][-1].line_no + 1:
+            reports[-1].append(hit)
+        else:
+            reports.append([hit])
+    for report in reports:
+        missing: dict[int, tuple[set[str], Hit]] = {}
+        for hit in report:
+            m = _HVD_MISSING.search(_prefix(hit.text).body) or _HVD_MISSING.search(hit.text)
+            kinds = {k.group(1).lower() for k in map(_HVD_OP.search, m.group(2).split(", ")) if k} if m else None
+            if kinds:
+                missing[int(m.group(1))] = (kinds, hit)
+        every = set().union(*(k for k, _ in missing.values())) if missing else set()
+        if len(every) >= 2:
+            break
+    else:
+        return
+    for rank, (kinds, hit) in missing.items():
+        submitted = every - kinds
+        if len(submitted) != 1:
+            continue
+        r = state.rank(rank)
+        if r.blocked_in is None:
+            r.blocked_in = _HVD_COLLECTIVE[submitted.pop()]
+            r.blocked_from = Evidence(file, hit.line_no, hit.text, "horovod stall report")
+        if file not in r.sources:
+            r.sources.append(file)
 
 
 def _via_rank_zero_wrapper(state: RankState, file: str, tb, lines: list[str], line_no: int) -> None:

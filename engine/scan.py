@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpudoctor.engine.display import strip_ansi_bytes
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.patterns import PatternSet
 from gpudoctor.engine.rewrap import detect_width, rejoin
 
@@ -20,6 +21,11 @@ KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few an
 WINDOW_LINES = 60  # lines kept after a traceback header
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
+RANK_TAIL_BYTES = 256 << 10  # how far back from a block's end each rank's last line is looked for
+RANK_TAIL_MAX = 64  # distinct rank prefixes kept per source
+# a line that opens with a rank's prefix: torchrun's [rank3]: (2.2+), Open MPI's [1,3]<stderr>:, and the [rank3] /
+# [Rank 3] that scripts put before their own prints
+_RANK_LINE = _lazy(rb"^(?:\[(?:rank|Rank|RANK) ?\d{1,6}\]|\[\d{1,6},\d{1,6}\]<std(?:out|err)>)", 8)  # re.MULTILINE
 KEEP_BUFFER = 4 << 20  # a scanner keeps a buffer this big or smaller for its next source
 
 _WINDOW_OPENERS = {"traceback"}  # the rank reading parses the lines after a traceback header
@@ -74,7 +80,8 @@ class PatternHits:
 class SourceScan:
     """What one source (file, stdin, decompressed archive) held, as far as the patterns are concerned."""
 
-    __slots__ = ("name", "bytes", "lines", "hits", "windows", "tail", "cut_lines", "binary", "huge_lines", "problem")
+    __slots__ = ("name", "bytes", "lines", "hits", "windows", "tail", "cut_lines", "binary", "huge_lines", "problem",
+                 "rank_tail")
 
     def __init__(self, name: str, bytes: int = 0, lines: int = 0, hits: dict[int, PatternHits] | None = None,  # noqa: A002
                  windows: list | None = None, tail: list | None = None, cut_lines: int = 0, binary: bool = False,
@@ -89,6 +96,9 @@ class SourceScan:
         self.binary = binary  # NUL bytes seen
         self.huge_lines = huge_lines  # a line of HUGE_LINE bytes or more (evidence from it: the text around the match)
         self.problem = problem  # the stream ended early (a truncated archive, a read error): what was read is kept
+        # rank prefix -> (line number, text) of the last line near the end that opens with it: in one merged log of
+        # several ranks, what each rank said last, errors or not (the rank reading tells a silent rank by it)
+        self.rank_tail: dict[bytes, tuple[int, str]] = {}
 
     def __repr__(self) -> str:
         return f"SourceScan(name={self.name!r}, bytes={self.bytes!r}, lines={self.lines!r}, hits={len(self.hits)})"
@@ -234,6 +244,7 @@ class Scanner:
         else:
             newlines = count_newlines(data, 0, end)
         self._tail(data, end, first_line, newlines, result)
+        self._rank_tail(data, end, first_line, newlines, result)
         return newlines
 
     def _verify(self, block: bytearray | bytes, limit: int, first_line: int,
@@ -285,6 +296,31 @@ class Scanner:
             lines.append(_decode(block[pos : min(nl, pos + MAX_TEXT)]).rstrip("\r"))
             pos = nl + 1
         return lines
+
+    @staticmethod
+    def _rank_tail(block: bytearray | bytes, limit: int, first_line: int, newlines: int, result: SourceScan) -> None:
+        """The last line of each rank prefix in the final RANK_TAIL_BYTES of the block (later blocks replace it)."""
+        lo = max(0, limit - RANK_TAIL_BYTES)
+        if lo:
+            lo = block.find(b"\n", lo, limit) + 1
+            if lo <= 0:
+                return
+        last: dict[bytes, int] = {}
+        for m in _RANK_LINE.finditer(block, lo, limit):
+            last[m.group(0)] = m.start()
+            if len(last) > RANK_TAIL_MAX:
+                return  # not rank prefixes after all (a table, a dump)
+        if not last:
+            return
+        tail = result.rank_tail
+        for key, start in last.items():
+            end = block.find(b"\n", start, limit)
+            end = limit if end < 0 else end
+            line_no = first_line + newlines - block.count(b"\n", start, limit)
+            tail.pop(key, None)  # kept in the order of the lines
+            tail[key] = (line_no, _decode(block[start : min(end, start + MAX_TEXT)]).rstrip("\r"))
+        while len(tail) > RANK_TAIL_MAX:
+            tail.pop(next(iter(tail)))
 
     @staticmethod
     def _tail(block: bytearray | bytes, limit: int, first_line: int, newlines: int, result: SourceScan) -> None:

@@ -12,13 +12,16 @@ DERIVED_SIGNALS = {
     "lost-peer": "a rank lost its peer: connection closed or reset, communicator aborted",
     "ranks-waiting": "some ranks timed out in a collective or lost their peer (either of the two above)",
     "rank-failed-first": "one rank raised its own error while others timed out or lost their peer",
-    "ranks-in-different-collectives": "ranks were blocked in different collectives when they failed",
+    "ranks-in-different-collectives": "ranks were blocked in different collectives when they failed (tracebacks, "
+                                      "stack dumps, Horovod's stall report, or NCCL watchdogs naming other work at "
+                                      "the same SeqNum)",
     "collective-in-gated-path": "the odd rank out was blocked in a collective called from a save/eval/log function",
     "collective-not-joined": "flight recorder: a collective that some ranks of the group never reached",
     "collective-mismatch": "flight recorder: ranks disagree on a collective's op, sizes or dtypes at the same sequence id",
-    "rank-left-loop-early": "a rank left the training loop (its log ends without an error, or it waits in a collective "
-                            "outside the training step) while the others timed out or lost their peer inside the step "
-                            "(backward / all_reduce) of the same epoch",
+    "rank-left-loop-early": "a rank left the training loop (its log ends without an error, it waits in a collective "
+                            "outside the training step, or it never timed out and only lost the peer that had) while "
+                            "the others timed out or lost their peer inside the step (backward / all_reduce) of the "
+                            "same epoch",
 }
 
 SECTION_TITLES = {

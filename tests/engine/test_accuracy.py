@@ -66,7 +66,10 @@ def test_accuracy_meets_its_floor(dev_figures):
     assert result["top3"] >= 0.80
     assert result["negatives_clean"] >= 0.90
     assert result["possible_alone_top3"] >= 0.65
-    assert result["possible_top3"] >= 0.35
+    # a rate over the positives no signature matched: each log a new signature matches leaves that set, and those
+    # that leave are mostly ones the possible tier already ranked (the h-hangs branch: 15/33 -> 8/26, no log lost),
+    # so this floor only guards against a collapse; possible_alone_top3 above guards the tier itself
+    assert result["possible_top3"] >= 0.25
     # the engine must stay well above keyword search over its own catalogue
     assert result["top1"] >= result["baseline_top1"] + 0.10
 

@@ -293,3 +293,14 @@ def test_a_scanner_reads_its_next_source_as_a_fresh_one_would(patterns, engine):
                                                                           fresh.windows)
         assert hits_of(again) == hits_of(fresh)
         assert all(h.text == g.text for i in fresh.hits for h, g in zip(fresh.hits[i].all(), again.hits[i].all()))
+
+
+@pytest.mark.parametrize("chunk", [64, 1 << 16])
+def test_each_ranks_last_line_is_kept_near_the_end(patterns, monkeypatch, chunk):
+    # one merged log: rank 1 stops printing early, the others go on; its last line is still known
+    monkeypatch.setattr(scan_mod, "CHUNK", chunk)
+    lines = ["[rank0] step 1", "[rank1] step 1", "[rank1] epoch 0 done", NOISE, "[rank0] step 2",
+             "[rank0]: RuntimeError: boom", "[1,2]<stderr>:hello", "plain line"]
+    result = scan_bytes(patterns, ("\n".join(lines) + "\n").encode())
+    seen = {text: no for no, text in result.rank_tail.values()}
+    assert seen == {"[rank1] epoch 0 done": 3, "[rank0]: RuntimeError: boom": 6, "[1,2]<stderr>:hello": 7}
