@@ -60,6 +60,8 @@ def test_accuracy_meets_its_floor(dev_figures):
     # emitter signatures: top-1 84%, top-3 88%, negatives 100%, possible alone 75%, baseline 64%.
     # After the issue-8 accuracy pass (three local-rank D3 logs relabelled null): top-1 77%, top-3 87%, negatives
     # 99%, possible tier 50% (18/36) on positives where nothing matched, possible alone 77%, baseline 61%.
+    # 2026-11-26, after signatures from the emitters for every entry (five branches): top-1 89%, top-3 91%,
+    # negatives 100%, possible alone 76%, baseline 60%.
     # Floors sit well under both; the sealed set's floor is the integrator's.
     result = dev_figures
     assert result["top1"] >= 0.70
@@ -67,9 +69,10 @@ def test_accuracy_meets_its_floor(dev_figures):
     assert result["negatives_clean"] >= 0.90
     assert result["possible_alone_top3"] >= 0.65
     # a rate over the positives no signature matched: each log a new signature matches leaves that set, and those
-    # that leave are mostly ones the possible tier already ranked (the h-hangs branch: 15/33 -> 8/26, no log lost),
-    # so this floor only guards against a collapse; possible_alone_top3 above guards the tier itself
-    assert result["possible_top3"] >= 0.25
+    # that leave are mostly ones the possible tier already ranked (2026-11-26, five signature branches: 15/33 ->
+    # 4/19, no log lost), so this floor only guards against a collapse; possible_alone_top3 above (measured 76%)
+    # guards the tier itself
+    assert result["possible_top3"] >= 0.10
     # the engine must stay well above keyword search over its own catalogue
     assert result["top1"] >= result["baseline_top1"] + 0.10
 
