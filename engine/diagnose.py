@@ -55,6 +55,12 @@ def pattern_set(catalog) -> PatternSet:
     return catalog.derived("patterns", PatternSet.from_entries)
 
 
+def wants_rank_tail(source: Source, several: bool) -> bool:
+    """Whether each rank's last line is worth finding in this source: not in a per-rank file among several whose
+    name gives its rank (engine/ranks.py reads that file's own last line instead)."""
+    return not (several and (source.rank_hint is not None or source.local_rank_hint is not None))
+
+
 def diagnose(
     catalog,
     sources: list[Source],
@@ -85,7 +91,8 @@ def diagnose(
         from gpudoctor.engine.parallel import scan_parallel
 
         # the rank reading of each finished source overlaps the workers' scanning of the rest
-        results = scan_parallel(scanner, logs, progress, lambda i, scan: analysis.add(logs[i], scan))
+        results = scan_parallel(scanner, logs, progress, lambda i, scan: analysis.add(logs[i], scan),
+                                [wants_rank_tail(s, len(logs) > 1) for s in logs])
         if results is not None:
             done = {id(s): r for s, r in zip(logs, results)}
         else:
@@ -108,7 +115,8 @@ def diagnose(
             continue
         capture = _Capture(stream)
         try:  # reading never raises: a truncated archive or a read error ends the stream (result.problem)
-            result = scanner.scan(capture, source.name, progress, None if source.compressed else source.size)
+            result = scanner.scan(capture, source.name, progress, None if source.compressed else source.size,
+                                  wants_rank_tail(source, len(logs) > 1))
         finally:
             if source.path is not None:
                 stream.close()

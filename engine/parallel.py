@@ -60,23 +60,24 @@ _SCANNER: Scanner | None = None  # set in the parent before the pool forks, inhe
 _COUNTER = None
 
 
-def _scan_range(job: tuple[str, str, int, int]) -> SourceScan:
-    name, path, start, end = job
+def _scan_range(job: tuple[str, str, int, int, bool]) -> SourceScan:
+    name, path, start, end, rank_tail = job
     stream = _Range(path, start, end)
     try:
-        return _SCANNER.scan(stream, name, _bump, end - start)
+        return _SCANNER.scan(stream, name, _bump, end - start, rank_tail)
     finally:
         stream.close()
 
 
-def _scan_files(job: list[Source]) -> list[SourceScan]:
+def _scan_files(job: list[tuple[Source, bool]]) -> list[SourceScan]:
     from gpudoctor.engine.sources import open_source
 
     out = []
-    for source in job:
+    for source, rank_tail in job:
         stream = open_source(source)
         try:
-            out.append(_SCANNER.scan(stream, source.name, _bump, None if source.compressed else source.size))
+            out.append(_SCANNER.scan(stream, source.name, _bump, None if source.compressed else source.size,
+                                     rank_tail))
         finally:
             stream.close()
     return out
@@ -127,12 +128,13 @@ def merge(parts: list[SourceScan]) -> SourceScan:
 
 
 def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[int], None] | None = None,
-                  on_result: Callable[[int, SourceScan], None] | None = None):
+                  on_result: Callable[[int, SourceScan], None] | None = None, rank_tails: list[bool] | None = None):
     """Scans of the plain-file sources, in their order, using a pool of forked workers; None if not worth it.
 
     on_result(i, scan) is called in source order as soon as each source is complete, so that the
-    caller's own work overlaps the workers' scanning.
+    caller's own work overlaps the workers' scanning. rank_tails[i]: whether source i wants each rank's last line.
     """
+    tails = rank_tails if rank_tails is not None else [True] * len(sources)
     import multiprocessing as mp
 
     n = workers()
@@ -148,7 +150,7 @@ def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[i
     for i, s in enumerate(sources):
         if not s.compressed and (s.size or 0) >= SPLIT_FROM_BYTES:
             pts = _split_points(s.path, s.size, n)
-            jobs += [([i], ("range", (s.name, str(s.path), a, b))) for a, b in zip(pts, pts[1:])]
+            jobs += [([i], ("range", (s.name, str(s.path), a, b, tails[i]))) for a, b in zip(pts, pts[1:])]
         else:
             small.append(i)
     # many small files go out in batches: one round trip each rather than one per file (a round trip costs the
@@ -157,7 +159,7 @@ def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[i
     while k < len(small):
         per_batch = max(MIN_BATCH, min(MAX_BATCH, (len(small) - k) // (2 * n)))
         batch = small[k : k + per_batch]
-        jobs.append((batch, ("files", [sources[i] for i in batch])))
+        jobs.append((batch, ("files", [(sources[i], tails[i]) for i in batch])))
         k += len(batch)
     global _SCANNER, _COUNTER
     _SCANNER, _COUNTER = scanner, ctx.Value("q", 0)

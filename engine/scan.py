@@ -25,7 +25,11 @@ RANK_TAIL_BYTES = 256 << 10  # how far back from a block's end each rank's last 
 RANK_TAIL_MAX = 64  # distinct rank prefixes kept per source
 # a line that opens with a rank's prefix: torchrun's [rank3]: (2.2+), Open MPI's [1,3]<stderr>:, and the [rank3] /
 # [Rank 3] that scripts put before their own prints
-_RANK_LINE = _lazy(rb"^(?:\[(?:rank|Rank|RANK) ?\d{1,6}\]|\[\d{1,6},\d{1,6}\]<std(?:out|err)>)", 8)  # re.MULTILINE
+# a rank prefix at a line's start; led by the newline, so that re's literal-prefix search skips to each "\n[" (9x
+# faster over 256 KB than ^ with re.MULTILINE, which tries every position); the block's first line is matched apart
+_RANK_AT = rb"\[(?:rank|Rank|RANK) ?\d{1,6}\]|\[\d{1,6},\d{1,6}\]<std(?:out|err)>"
+_RANK_LINE = _lazy(rb"\n(" + _RANK_AT + rb")")
+_RANK_FIRST = _lazy(_RANK_AT)
 KEEP_BUFFER = 4 << 20  # a scanner keeps a buffer this big or smaller for its next source
 
 _WINDOW_OPENERS = {"traceback"}  # the rank reading parses the lines after a traceback header
@@ -153,6 +157,7 @@ class Scanner:
         self.matcher = None if self._small else self._matcher(engine)
         self.engine = self.matcher.name if self.matcher is not None else "python"
         self._width: int | None = None
+        self._rank_tails = True
         self._spare: bytearray | None = None  # the last source's buffer, for the next one
 
     def _matcher(self, engine: str | None):
@@ -163,7 +168,7 @@ class Scanner:
         return self._matchers[engine]
 
     def scan(self, stream: BinaryIO, name: str, progress: Callable[[int], None] | None = None,
-             size_hint: int | None = None) -> SourceScan:
+             size_hint: int | None = None, rank_tail: bool = True) -> SourceScan:
         """Read the stream in chunks into one reused buffer; only whole lines reach the patterns."""
         result = SourceScan(name=name)
         if self._small:
@@ -183,6 +188,9 @@ class Scanner:
         line_no = 1  # number of the line that starts the next block
         partial = False  # the last block ended inside one enormous line
         self._width = None  # a hard-wrapped paste's width, read off the first block
+        # each rank's last line near the end: wanted where the lines' prefixes tell the ranks apart (a merged log),
+        # not for a per-rank file whose name gives its rank (a tenth of the scan of a 1 MB file)
+        self._rank_tails = rank_tail
         while True:
             if readinto is not None:
                 n = readinto(view[held : held + chunk])
@@ -244,7 +252,8 @@ class Scanner:
         else:
             newlines = count_newlines(data, 0, end)
         self._tail(data, end, first_line, newlines, result)
-        self._rank_tail(data, end, first_line, newlines, result)
+        if self._rank_tails:
+            self._rank_tail(data, end, first_line, newlines, result)
         return newlines
 
     def _verify(self, block: bytearray | bytes, limit: int, first_line: int,
@@ -306,8 +315,11 @@ class Scanner:
             if lo <= 0:
                 return
         last: dict[bytes, int] = {}
+        first = _RANK_FIRST.match(block, lo, limit)
+        if first is not None:
+            last[first.group(0)] = lo
         for m in _RANK_LINE.finditer(block, lo, limit):
-            last[m.group(0)] = m.start()
+            last[m.group(1)] = m.start(1)
             if len(last) > RANK_TAIL_MAX:
                 return  # not rank prefixes after all (a table, a dump)
         if not last:

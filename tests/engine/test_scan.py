@@ -304,3 +304,12 @@ def test_each_ranks_last_line_is_kept_near_the_end(patterns, monkeypatch, chunk)
     result = scan_bytes(patterns, ("\n".join(lines) + "\n").encode())
     seen = {text: no for no, text in result.rank_tail.values()}
     assert seen == {"[rank1] epoch 0 done": 3, "[rank0]: RuntimeError: boom": 6, "[1,2]<stderr>:hello": 7}
+
+
+def test_a_rank_whose_only_line_opens_the_log_is_kept_and_a_named_rank_file_skips_the_search(patterns):
+    data = b"[rank3] loaded 12 shards\n[rank0] step 1\n[rank0] step 2\n"
+    result = scan_bytes(patterns, data)
+    assert {text: no for no, text in result.rank_tail.values()} == {"[rank3] loaded 12 shards": 1, "[rank0] step 2": 3}
+    # a per-rank file among several, its rank in its name: engine/ranks.py reads its own last line instead
+    skipped = Scanner(patterns).scan(io.BytesIO(data), "rank3.log", None, len(data), rank_tail=False)
+    assert skipped.rank_tail == {} and skipped.tail == result.tail
