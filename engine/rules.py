@@ -164,82 +164,6 @@ def zero_oom_hint(lines: list[str], file: str, first_line: int) -> Verdict | Non
         Evidence(file, first_line + zero, lines[zero], "hint:oom-under-zero")), score=0.6, tier="possible")
 
 
-def interface_rule(text: str, file: str) -> list[Verdict]:
-    """NCCL told to use loopback or a container/tunnel interface: MN2 when NCCL's lines come from two or more hosts,
-    a possible MN2 otherwise (one host's log of a multi-node job cannot show the others)."""
-    from gpudoctor.engine.netif import hosts, interface_choices, unreachable
-
-    bad = [(ev, [n for n in names if unreachable(n)]) for ev, names in interface_choices(text, file)]
-    bad = [(ev, names) for ev, names in bad if names]
-    if not bad:
-        return []
-    seen_hosts = hosts(text)
-    ev, names = bad[0]
-    why = Evidence(ev.file, ev.line, f"{', '.join(dict.fromkeys(names))}: loopback or a virtual device that other "
-                                     f"nodes cannot reach" + (f"; NCCL lines come from {len(seen_hosts)} hosts"
-                                                               if len(seen_hosts) > 1 else ""), "because")
-    evidence = tuple(e for e, _ in bad[:3]) + (why,)
-    if len(seen_hosts) > 1:
-        return [Verdict("MN2", "rule:nccl-unreachable-interface", evidence, score=0.85)]
-    return [Verdict("MN2", "hint:nccl-unreachable-interface", evidence, score=0.5, tier="possible")]
-
-
-# NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=COLL: one line per collective call, from NCCL's enqueue.cc (2.3-2.2x) and
-# RCCL: INFO(NCCL_COLL, "%s: opCount %lx sendbuff %p recvbuff %p count %zi datatype %d op %d root %d comm %p
-# [nranks=%d] stream %p", opName, comm->opCount, ...), behind the "host:pid:tid [dev] NCCL INFO " prefix
-_COLL_CALL = _lazy(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?P<op>[A-Za-z]+): opCount (?P<count>[0-9a-f]+) "
-                        r".*?\bcomm (?P<comm>0x[0-9a-f]+|\d+) \[nranks=(?P<n>\d+)")
-_P2P = {"Send", "Recv", "SendRecv"}  # point-to-point calls differ between the two ends by design
-
-
-def coll_desync_rule(text: str, file: str) -> list[Verdict]:
-    """Two processes of one job that called different collectives at the same opCount: D19. Only processes whose COLL
-    lines name a single communicator count (opCounts of different communicators are unrelated), and only calls whose
-    op sets share nothing (calls grouped into one launch share an opCount)."""
-    if "opCount" not in text:
-        return []
-    calls: dict[tuple[str, str], dict[str, tuple[set[str], int, str]]] = {}
-    comms: dict[tuple[str, str], set[str]] = {}
-    sizes: dict[tuple[str, str], str] = {}
-    for line_no, line in enumerate(text.splitlines(), 1):
-        m = _COLL_CALL.search(line) if "opCount" in line else None
-        if m is None or m.group("op") in _P2P:
-            continue
-        proc = (m.group("host"), m.group("pid"))
-        comms.setdefault(proc, set()).add(m.group("comm"))
-        sizes[proc] = m.group("n")
-        ops, first, first_text = calls.setdefault(proc, {}).get(m.group("count"), (set(), line_no, line))
-        ops.add(m.group("op"))
-        calls[proc][m.group("count")] = (ops, first, first_text)
-    procs = [p for p in calls if len(comms[p]) == 1]
-    # by opCount, lowest first, the processes (of one communicator size) that made that call: linear in the calls,
-    # where comparing every pair of processes costs (processes)^2 x opCounts on a combined 64-rank log
-    at: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for proc in procs:
-        for count in calls[proc]:
-            at.setdefault((sizes[proc], count), []).append(proc)
-    for size, count in sorted(at, key=lambda k: (int(k[1], 16), k[0])):
-        kinds: dict[frozenset[str], tuple[str, str]] = {}  # each distinct op set, with the first process to show it
-        for proc in at[(size, count)]:
-            kinds.setdefault(frozenset(calls[proc][count][0]), proc)
-        if len(kinds) < 2:
-            continue
-        seen = list(kinds.items())
-        pair = next(((p, q) for i, (x, p) in enumerate(seen) for y, q in seen[i + 1:] if not x & y), None)
-        if pair is None:
-            continue
-        a, b = pair
-        ops_a = calls[a][count][0]
-        (_, line_a, text_a), (ops_b, line_b, text_b) = calls[a][count], calls[b][count]
-        why = Evidence(file, line_b, f"opCount {count}: pid {a[1]} called {'/'.join(sorted(ops_a))}, pid {b[1]} "
-                                     f"called {'/'.join(sorted(ops_b))} on a communicator of {size} ranks",
-                       "because")
-        return [Verdict("D19", "rule:nccl-opcount-desync", (
-            Evidence(file, line_a, text_a, "rule:nccl-opcount-desync"),
-            Evidence(file, line_b, text_b, "rule:nccl-opcount-desync"), why), score=0.85)]
-    return []
-
-
 # torch's device check (TensorIterator / checkAllSameGPU), two wordings: "but found at least two devices, cuda:1 and
 # cuda:0!" (1.7-2.2) and "but got target is on cuda:1, different from other tensors on cuda:0" (2.3 on)
 _TWO_DEVICES = _lazy(r"Expected all tensors to be on the same device, but (?:found at least two devices, "
@@ -353,6 +277,8 @@ def unwrapped(text: str) -> str:
 def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> list[Verdict]:
     """Every rule's verdict. texts: the whole text of small inputs; for others, the scanner's windows
     (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
+    from gpudoctor.engine.nccl_rules import coll_desync_rule, interface_rule
+
     verdicts: list[Verdict] = []
     texts = {name: unwrapped(text) for name, text in (texts or {}).items()}
     for _source, scan in scans:

@@ -393,7 +393,7 @@ def _nccl_lines(hosts_and_ifaces) -> str:
 
 
 def test_one_host_on_docker0_is_only_a_possible_mn2_and_real_nics_are_nothing():
-    from gpudoctor.engine.rules import interface_rule
+    from gpudoctor.engine.nccl_rules import interface_rule
 
     one = interface_rule(_nccl_lines([("node1", "docker0:172.17.0.2")]), "job.log")
     assert [(v.entry, v.tier) for v in one] == [("MN2", "possible")]
@@ -471,7 +471,7 @@ def test_a_healthy_combined_log_of_many_processes_is_read_in_time_linear_in_its_
     # parsing the same lines, measured here.
     import time
 
-    from gpudoctor.engine.rules import _COLL_CALL, coll_desync_rule
+    from gpudoctor.engine.nccl_rules import _COLL_CALL, coll_desync_rule
 
     text = "\n".join(_coll(1000 + p, p % 8, "AllReduce", c, hex(0x5000 + p), 256) for c in range(100) for p in range(256))
     started = time.process_time()
