@@ -45,7 +45,11 @@ class Re2Matcher:
                     add(first[0], index, first[1])
                 continue
             for m in regex.finditer(data):
-                at = m.end()
+                at, begin = m.end(), m.start()
+                # a match that ends in newlines (a trailing \s*$ runs on to the block's end, where $ holds) belongs to
+                # the line it ends on before them, not to the blank line after
+                while at > begin and data[at - 1] == 10:
+                    at -= 1
                 add(data.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, index, at)
         if self.rest is not None:
             for start, (indexes, at) in self.rest.candidates(block, end).items():

@@ -102,3 +102,22 @@ def test_python_engine_big_block_paths_give_the_same_findings(catalog, reference
     engine, singles = _reference_engine()
     differ = [case for case in CASES if _hits(catalog, case, "python", singles) != reference[case]]
     assert not differ, f"python ({path}) differs from {engine} on {differ[:5]}"
+
+
+def test_a_match_that_runs_on_through_trailing_newlines_keeps_its_line_on_every_engine(catalog):
+    """A regex ending in \\s*$ at the end of a block (whose last bytes are newlines) may run on to the block's end,
+    where $ holds: the hit still belongs to the line the match started on, not to the blank line after it
+    (re2's finditer attributed it to the blank line and lost it; found by the randomised engine test)."""
+    import io
+
+    from gpudoctor.engine.diagnose import pattern_set
+    from gpudoctor.engine.scan import Scanner
+
+    patterns = pattern_set(catalog)
+    watchdog = next(p.index for p in patterns.patterns if p.owner == "MN3" and p.name == "watchdog-timeout")
+    data = ("\n\nWatchdog caught collective operation timeout" * 3).encode()
+    lines = {}
+    for engine in available():
+        hits = Scanner(patterns, engine=engine).scan(io.BytesIO(data), "m.log").hits
+        lines[engine] = [h.line_no for h in hits[watchdog].all()] if watchdog in hits else []
+    assert all(found == [3, 5, 7] for found in lines.values()), lines
