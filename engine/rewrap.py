@@ -1,6 +1,7 @@
 """Rejoin the rows of a hard-wrapped paste (a terminal or web page cut long lines at its width) before matching."""
 from __future__ import annotations
 
+from gpudoctor.engine.lazyregex import LazyRegex
 from gpudoctor.engine.prefix import parse_prefix
 
 __all__ = ["WIDTHS", "detect_width", "rejoin"]
@@ -9,6 +10,9 @@ __all__ = ["WIDTHS", "detect_width", "rejoin"]
 WIDTHS = (80, 100, 120, 132, 140, 150, 160, 180, 200, 220, 240, 250, 256)
 _SAMPLE_LINES = 4000
 _MIN_FULL_ROWS = 1
+# a Python exception line opens a record of its own: after a frame row that happens to be exactly a terminal width
+# wide, it is the traceback's error, not the rest of the frame
+_EXCEPTION_LINE = LazyRegex(r"[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b(?::|$)")
 
 
 def detect_width(sample: bytes) -> int | None:
@@ -42,14 +46,17 @@ def detect_width(sample: bytes) -> int | None:
 
 def _continues(row: str) -> bool:
     """A row that carries on the one before: it starts no new record (no timestamp, rank or level prefix,
-    no traceback frame or header of its own)."""
+    no traceback frame, header or exception line of its own)."""
     if not row:
         return False
     p = parse_prefix(row)
     if p.kinds and p.kinds != ("indent",):
         return False
     body = p.body.lstrip()
-    return not body.startswith(("File \"", "Traceback (most recent call last)", "During handling", "The above exception"))
+    if body.startswith(("File \"", "Traceback (most recent call last)", "During handling", "The above exception")):
+        return False
+    # an unindented exception line is the traceback's error, not the rest of the row before
+    return not (body == p.body and _EXCEPTION_LINE.match(body))
 
 
 def rejoin(block: bytes, width: int) -> bytes:

@@ -87,3 +87,18 @@ def test_the_quick_width_check_agrees_with_its_plain_definition(rows, newline_at
     text = "\n".join("a" * max(0, n - 1) + (c if n else "") for n, c in rows) + ("\n" if newline_at_end else "")
     sample = text.encode()
     assert detect_width(sample) == _width_as_defined(sample)
+
+
+def test_an_exception_line_after_a_frame_row_of_exactly_a_terminal_width_is_not_joined_to_it():
+    # the frame row is 100 characters, the longest of this short paste, so the paste reads as wrapped at 100;
+    # the error line after it is the traceback's own record, not the rest of the frame
+    frame = '  File "/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 1964, in backward'
+    assert len(frame) == 100
+    paste = "\n".join(["Traceback (most recent call last):", '  File "/work/train.py", line 77, in <module>',
+                       "    model_engine.backward(loss)", frame,
+                       "AssertionError: must provide optimizer during init in order to use backward", ""]).encode()
+    assert detect_width(paste) == 100
+    assert rejoin(paste, 100) == paste
+    # a row that really is the rest of a wrapped frame still joins
+    wrapped = (frame + "\n" + "ward_helper\n").encode()
+    assert rejoin(wrapped, 100).splitlines()[0].endswith(b"in backward" + b"ward_helper")
