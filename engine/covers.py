@@ -101,7 +101,20 @@ def branches(regex: str) -> tuple[str, list[str]]:
         if close < 0 or ":" in regex[:close]:
             return "", [regex]
         flags, regex = regex[: close + 1], regex[close + 1 :]
-    parts, depth, start, k, in_class = [], 0, 0, 0, False
+    parts, start = [], 0
+    balanced = [True]
+    for k, c in top_level(regex, balanced):
+        if c == "|":
+            parts.append(regex[start:k])
+            start = k + 1
+    parts.append(regex[start:])
+    return (flags, parts) if balanced[0] else (flags, [regex])
+
+
+def top_level(regex: str, balanced: list[bool] | None = None):
+    """(position, character) of each character of a regex outside every group and character class, escapes
+    skipped; balanced[0] is set False where the groups or a class are left open."""
+    depth, k, in_class = 0, 0, False
     while k < len(regex):
         c = regex[k]
         if c == "\\":
@@ -119,9 +132,8 @@ def branches(regex: str) -> tuple[str, list[str]]:
             depth += 1
         elif c == ")":
             depth -= 1
-        elif c == "|" and depth == 0:
-            parts.append(regex[start:k])
-            start = k + 1
+        elif depth == 0:
+            yield k, c
         k += 1
-    parts.append(regex[start:])
-    return (flags, [regex]) if depth != 0 or in_class else (flags, parts)
+    if balanced is not None:
+        balanced[0] = depth == 0 and not in_class

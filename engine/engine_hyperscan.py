@@ -120,29 +120,14 @@ def _after_any_run(regex: str) -> str | None:
     (`.` stops at a newline), a superset of its matches. A run of classes before it (`\\s*\\d+\\??: +\\S.*\\bpmtu`) makes
     hyperscan try the head at every digit of every line; measured on 1 MB NCCL rank logs, tracepath's hop pattern
     alone cost a tenth of the whole database's time, and nothing once cut to `\\bpmtu ...`."""
-    depth, i, cut, in_class = 0, 0, None, False
-    while i < len(regex):
-        c = regex[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            if regex[i + 1 : i + 2] == "]":
-                i += 1  # a ] first in a class is a literal
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-        elif depth == 0 and c == "|":
+    from gpudoctor.engine.covers import top_level
+
+    cut = None
+    for k, c in top_level(regex):
+        if c == "|":
             return None
-        elif depth == 0 and c == "." and regex[i + 1 : i + 2] in ("*", "+"):
-            i += 2 + (regex[i + 2 : i + 3] in ("?", "+"))
-            cut = i
-            continue
-        i += 1
+        if c == "." and regex[k + 1 : k + 2] in ("*", "+"):
+            cut = k + 2 + (regex[k + 2 : k + 3] in ("?", "+"))
     if cut is None or cut >= len(regex):
         return None
     from gpudoctor.kb.literals import required_literals

@@ -139,3 +139,15 @@ def test_a_catalogue_without_the_context_pattern_gets_one_database(monkeypatch, 
     assert matcher.apart == ()
     block = b"x NCCL WARN boom\n"
     assert matcher.candidates(block, len(block)) == {0: ({1}, 13)}  # hyperscan reports the first end: "...WARN b"
+
+
+def test_a_head_of_classes_before_a_top_level_any_run_is_cut_for_the_compiled_engine():
+    from gpudoctor.engine.engine_hyperscan import _after_any_run
+
+    assert _after_any_run(r"\s*\d+\??: +\S.*\bpmtu 1[2-5]\d\d\b") == r"\bpmtu 1[2-5]\d\d\b"
+    assert _after_any_run(r"(?i)\d+ ranks.*timed out waiting") == "(?i)timed out waiting"
+    # not a superset, or no longer rare: left whole
+    assert _after_any_run(r"a|b.*cdef") is None  # a top-level alternative
+    assert _after_any_run(r"x(a.*b)cdef") is None  # the run is inside a group
+    assert _after_any_run(r"[.*]xyzw") is None  # a class, not a run
+    assert _after_any_run(r"\d+.*ab") is None  # the tail's literal is too short to search for alone
