@@ -40,6 +40,12 @@ STRUCTURAL = {  # name: (regex, literals one of which every match contains; a te
                               "communicator was aborted", "remote process exited", "ProcessGroup", "NCCL communicator")),
     "signal": (r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*: -\d+", (") received by PID", "exitcode")),
     "mismatch": (r"Detected mismatch between collectives on ranks", ("Detected mismatch between collectives on ranks",)),
+    # torchelastic's failure summary (torch/distributed/elastic/multiprocessing/errors/__init__.py, 1.9+): the block
+    # under "Root Cause (first observed failure):" gives "  rank      : ${rank} (local_rank: ${local_rank})" and
+    # "  exitcode  : ${exitcode} (pid: ${pid})" of the worker that failed first, by the agent's own account
+    "elastic-root-cause": (r"Root Cause \(first observed failure\)", ("Root Cause (first observed failure)",)),
+    "elastic-rank": (r"\brank\s*: \d+ \(local_rank: \d+\)", (" (local_rank: ",)),
+    "elastic-exitcode": (r"\bexitcode\s*: -?\d+ \(pid: \d+\)", ("exitcode",)),
     # Horovod's stall inspector (stall_inspector.cc, 0.20+) lists each missing rank and the tensors it never submitted
     "horovod-missing": (r"(?:^|[>:\]])\d{1,6}!?: \[\S", (": [",)),
 }

@@ -176,6 +176,9 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
     hits = scan.hits.get(index["horovod-missing"])
     if hits:
         _horovod_stall(state, scan.name, hits.all())
+    roots = scan.hits.get(index["elastic-root-cause"])
+    if roots:
+        _elastic_root_cause(state, scan, index, roots.all())
     # a rank whose traceback was cut before its error line, with no error of its own anywhere in the input and not
     # stopped in a collective (where waiting ranks stop), raised something itself: a pasted excerpt lost the line
     for rank, tb, hit in cut:
@@ -222,6 +225,35 @@ def _rank_tails(state: RankState, scan) -> None:
         if r.last_line is None or (r.last_line.file == scan.name and r.last_line.line < line_no):
             r.last_line = Evidence(scan.name, line_no, text, "last-line")
             r.last_time = _prefix(text).timestamp or r.last_time
+
+
+_ELASTIC_RANK = _lazy(r"\brank\s*: (\d+) \(local_rank: \d+\)")
+_ELASTIC_EXIT = _lazy(r"\bexitcode\s*: (-?\d+) \(pid: \d+\)")
+_CRASH_SIGNALS = {-9, -11, -7, -4, -8}  # SIGKILL (the OOM killer), SIGSEGV, SIGBUS, SIGILL, SIGFPE
+
+
+def _elastic_root_cause(state: RankState, scan, index: dict[str, int], roots: list[Hit]) -> None:
+    """torchelastic's failure summary names the rank that failed first and its exit code. One killed by a signal (the
+    OOM killer's SIGKILL, a segfault) printed no error of its own and would otherwise read as a silent rank (one that
+    left the loop early); this records its death as its error."""
+    rank_hits, exit_hits = scan.hits.get(index["elastic-rank"]), scan.hits.get(index["elastic-exitcode"])
+    if not rank_hits or not exit_hits:
+        return
+    for root in roots:
+        at = next((h for h in rank_hits.all() if root.line_no < h.line_no <= root.line_no + 6), None)
+        code_hit = next((h for h in exit_hits.all() if at is not None and at.line_no < h.line_no <= at.line_no + 2), None)
+        if code_hit is None:
+            continue
+        rank = int(_ELASTIC_RANK.search(at.text).group(1))
+        # only a death by a signal no rank sends itself on a timeout counts: an exit code of 1 or an abort (SIGABRT is
+        # how NCCL's async error handling ends a rank that timed out) is as often a waiting rank that gave up first
+        if int(_ELASTIC_EXIT.search(code_hit.text).group(1)) not in _CRASH_SIGNALS or (state.world and rank >= state.world):
+            continue
+        r = state.rank(rank)
+        if scan.name not in r.sources:
+            r.sources.append(scan.name)
+        if r.first_error is None:
+            _record_error(state, r, scan.name, code_hit, code_hit.text)
 
 
 _HVD_MISSING = _lazy(r"(?:^|[>:\]])(\d{1,6})!?: \[([^\]]*)")

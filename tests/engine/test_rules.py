@@ -658,3 +658,40 @@ def test_a_zero_setup_traceback_whose_exception_comes_after_other_ranks_lines_is
     other = "[2024-05-01 09:12:03,114] [INFO] [stage_1_and_2.py:148:__init__] Reduce bucket size 500000000\n"
     assert setup_traceback_cut_short(frames + other + "NotImplementedError: npu_format_cast\n", "x") is None
     assert setup_traceback_cut_short(frames + other, "x") is not None
+
+
+def _elastic_summary(rank: int, exitcode: int) -> str:
+    # torch/distributed/elastic/multiprocessing/errors/__init__.py's failure summary, rendered
+    reason = f"Signal {-exitcode} (SIGKILL) received by PID 5093" if exitcode < 0 else "<N/A>"
+    return "\n".join([
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "============================================================",
+        "train.py FAILED",
+        "------------------------------------------------------------",
+        "Failures:",
+        "  <NO_OTHER_FAILURES>",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2026-11-26_10:12:33",
+        "  host      : node1",
+        f"  rank      : {rank} (local_rank: {rank})",
+        f"  exitcode  : {exitcode} (pid: 5093)",
+        "  error_file: <N/A>",
+        f"  traceback : {reason}",
+        "============================================================",
+        "",
+    ])
+
+
+def test_a_rank_the_failure_summary_says_was_killed_did_not_leave_the_loop_it_died(catalog):
+    # rank 1 timed out in the step's all_reduce; rank 0 printed nothing more: on its own, a rank that left the loop
+    # (D9). torchrun's summary says rank 0 was SIGKILLed (the OOM killer): it died first, and it is D20.
+    quiet = "[rank0] step 41 loss 0.8812\n"
+    text = quiet + _rank_tb(1, "train_step", "all_reduce")
+    assert _signals(catalog, text + _elastic_summary(1, 1)).get("rank-left-loop-early")  # exit 1: a waiting rank
+    killed = _signals(catalog, text + _elastic_summary(0, -9))
+    assert not killed.get("rank-left-loop-early")
+    d = run(catalog, text + _elastic_summary(0, -9))
+    assert matches(d)[:1] == ["D20"], matches(d)
+    assert any("rank 0" in v and "first" in v for v in d.verdict), d.verdict
