@@ -210,7 +210,7 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
 def _rank_tails(state: RankState, scan) -> None:
     """Each rank's last line near the end of one merged log: a rank that printed no error anywhere is known by it
     (the rank that left the loop while the others waited for it)."""
-    for line_no, text in getattr(scan, "rank_tail", {}).values():
+    for line_no, text in scan.rank_tail.values():
         rank = prefix_rank(text)
         if rank is None:
             m = _SCRIPT_RANK.match(text)

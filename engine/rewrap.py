@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from gpudoctor.engine.lazyregex import LazyRegex
+from gpudoctor.engine.patterns import STRUCTURAL
 from gpudoctor.engine.prefix import parse_prefix
 
 __all__ = ["WIDTHS", "detect_width", "rejoin"]
@@ -12,7 +13,7 @@ _SAMPLE_LINES = 4000
 _MIN_FULL_ROWS = 1
 # a Python exception line opens a record of its own: after a frame row that happens to be exactly a terminal width
 # wide, it is the traceback's error, not the rest of the frame
-_EXCEPTION_LINE = LazyRegex(r"[A-Za-z_][\w.]*(?:Error|Exception|Warning|Interrupt|Exit|Failure)\b(?::|$)")
+_EXCEPTION_LINE = LazyRegex(STRUCTURAL["exception"][0])  # the scanner's own exception-line pattern
 
 
 def detect_width(sample: bytes) -> int | None:

@@ -24,9 +24,9 @@ TAIL_LINES = 6
 RANK_TAIL_BYTES = 256 << 10  # how far back from a block's end each rank's last line is looked for
 RANK_TAIL_MAX = 64  # distinct rank prefixes kept per source
 # a line that opens with a rank's prefix: torchrun's [rank3]: (2.2+), Open MPI's [1,3]<stderr>:, and the [rank3] /
-# [Rank 3] that scripts put before their own prints
-# a rank prefix at a line's start; led by the newline, so that re's literal-prefix search skips to each "\n[" (9x
-# faster over 256 KB than ^ with re.MULTILINE, which tries every position); the block's first line is matched apart
+# [Rank 3] that scripts put before their own prints. Led by the newline, so that re's literal-prefix search skips to
+# each "\n[" (9x faster over 256 KB than ^ with re.MULTILINE, which tries every position); a block's first line is
+# matched apart
 _RANK_AT = rb"\[(?:rank|Rank|RANK) ?\d{1,6}\]|\[\d{1,6},\d{1,6}\]<std(?:out|err)>"
 _RANK_LINE = _lazy(rb"\n(" + _RANK_AT + rb")")
 _RANK_FIRST = _lazy(_RANK_AT)
@@ -325,11 +325,13 @@ class Scanner:
         if not last:
             return
         tail = result.rank_tail
-        for key, start in last.items():
+        line_no, counted = first_line + newlines - block.count(b"\n", lo, limit), lo  # the line number at lo
+        for key, start in sorted(last.items(), key=lambda kv: kv[1]):  # in the order of the lines
+            line_no += block.count(b"\n", counted, start)
+            counted = start
             end = block.find(b"\n", start, limit)
             end = limit if end < 0 else end
-            line_no = first_line + newlines - block.count(b"\n", start, limit)
-            tail.pop(key, None)  # kept in the order of the lines
+            tail.pop(key, None)
             tail[key] = (line_no, _decode(block[start : min(end, start + MAX_TEXT)]).rstrip("\r"))
         while len(tail) > RANK_TAIL_MAX:
             tail.pop(next(iter(tail)))
