@@ -242,9 +242,10 @@ def _elastic_root_cause(state: RankState, scan, index: dict[str, int], roots: li
     for root in roots:
         at = next((h for h in rank_hits.all() if root.line_no < h.line_no <= root.line_no + 6), None)
         code_hit = next((h for h in exit_hits.all() if at is not None and at.line_no < h.line_no <= at.line_no + 2), None)
-        if code_hit is None:
+        said_rank = _ELASTIC_RANK.search(at.text) if code_hit is not None else None
+        if said_rank is None:
             continue
-        rank = int(_ELASTIC_RANK.search(at.text).group(1))
+        rank = int(said_rank.group(1))
         # only a death by a signal no rank sends itself on a timeout counts: an exit code of 1 or an abort (SIGABRT is
         # how NCCL's async error handling ends a rank that timed out) is as often a waiting rank that gave up first
         if int(_ELASTIC_EXIT.search(code_hit.text).group(1)) not in _CRASH_SIGNALS or (state.world and rank >= state.world):

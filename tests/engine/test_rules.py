@@ -695,3 +695,10 @@ def test_a_rank_the_failure_summary_says_was_killed_did_not_leave_the_loop_it_di
     d = run(catalog, text + _elastic_summary(0, -9))
     assert matches(d)[:1] == ["D20"], matches(d)
     assert any("rank 0" in v and "first" in v for v in d.verdict), d.verdict
+
+
+def test_a_local_rank_line_that_is_not_the_summary_layout_is_passed_over(catalog):
+    # the structural hit is only "(local_rank: N)"; a line in another layout under the root-cause header names no rank
+    text = _elastic_summary(0, -9).replace("  rank      : 0 (local_rank: 0)", "  worker (local_rank: 0)")
+    d = run(catalog, "[rank0] step 41 loss 0.8812\n" + text)
+    assert not any("rank 0" in v and "first" in v for v in d.verdict), d.verdict
