@@ -135,10 +135,13 @@ def run(args, out) -> int:
         raise UserError("--top must be at least 1")
     problems: list[str] = []
     sources = resolve(paths, problems)
+    if not sources:  # one problem is the error itself; several are each named before it
+        if len(problems) > 1:
+            for problem in problems:
+                _warn(args.err, problem)
+        raise UserError(problems[0] if len(problems) == 1 else f"none of the {len(problems)} inputs could be read")
     for problem in problems:  # named here; the inputs that can be read still are
         _warn(args.err, problem)
-    if not sources:
-        raise UserError(problems[0] if len(problems) == 1 else f"none of the {len(problems)} inputs could be read")
     catalog = load(args)
     total = sum(s.size or 0 for s in sources) or None
     progress = None

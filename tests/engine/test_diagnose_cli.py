@@ -66,6 +66,14 @@ def test_bad_input_is_a_clear_error(cli_proc, argv, message):
     assert "Traceback" not in r.err
 
 
+def test_one_unreadable_input_is_said_once_and_several_are_each_named(cli_proc):
+    r = cli_proc("diagnose", "/no/such/file.log")
+    assert r.code == 2 and r.err.count("/no/such/file.log") == 1, r.err
+    r = cli_proc("diagnose", "/no/such/a.log", "/no/such/b.log")
+    assert r.code == 2 and "none of the 2 inputs could be read" in r.err
+    assert "/no/such/a.log" in r.err and "/no/such/b.log" in r.err
+
+
 def test_empty_stdin_is_an_input_error(cli_proc):
     r = cli_proc("diagnose", input=b"")
     assert r.code == 2 and "stdin was empty" in r.err
