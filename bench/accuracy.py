@@ -1,6 +1,6 @@
 """Accuracy of `gpudoctor diagnose` on the development set and the sealed set, beside a keyword-search baseline.
 
-Development set: tests/data/logs/manifest.yaml. Sealed set: every tests/data/sealed/manifest*.yaml (paths
+Development set: every tests/data/logs/manifest*.yaml. Sealed set: every tests/data/sealed/manifest*.yaml (paths
 relative to tests/data/sealed/); it is measured, never read while writing signatures, and its per-log
 results are printed only with --show-sealed.
 
@@ -23,6 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "tests" / "data" / "logs"
 SEALED = ROOT / "tests" / "data" / "sealed"
+# logs collected on 2026-11-27 from threads no signature had been written against, also shown apart with
+# --batches: the dev batch's first run is a third unseen figure, the sealed batch a larger sealed sample
+BATCHES = {"dev-1127": (DEV, "manifest-n*.yaml"), "sealed-1127": (SEALED, "manifest-[gh].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 BASELINE_LINES = 5
 # what a user would pick out of a log as "the error lines" to paste into a search box
@@ -170,7 +173,7 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
     names = list(sets)
     lines = []
     for name in names:
-        if (verbose and name == "dev") or (show_sealed and name != "dev"):
+        if (verbose and name.startswith("dev")) or (show_sealed and name.startswith("sealed")):
             for r in sets[name]["rows"]:
                 if _ok(r):
                     continue
@@ -180,7 +183,7 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
                              f"possible {maybe}")
     if lines:
         lines.append("")
-    head = f"{'':<36}" + "".join(f"{n:>10}" for n in names)
+    head = f"{'':<36}" + "".join(f"{n:>12}" for n in names)
     lines.append(head)
     rows = [
         ("logs (positives / negatives)", lambda s: f"{s['positives']}/{s['negatives']}"),
@@ -194,7 +197,7 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
         ("keyword baseline top-3", lambda s: _pct(s["baseline_top3"])),
     ]
     for label, fn in rows:
-        lines.append(f"{label:<36}" + "".join(f"{fn(sets[n]):>10}" for n in names))
+        lines.append(f"{label:<36}" + "".join(f"{fn(sets[n]):>12}" for n in names))
     for name in names:
         lines.append("")
         lines.append(f"by framework ({name})       logs   top-1   top-3   neg ok   baseline top-1")
@@ -211,6 +214,8 @@ def main(argv=None) -> int:
     parser.add_argument("--show-sealed", action="store_true",
                         help="also print each sealed-set miss (only after signatures are final)")
     parser.add_argument("--json", action="store_true", help="figures as JSON (sealed rows only with --show-sealed)")
+    parser.add_argument("--batches", action="store_true",
+                        help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127)")
     parser.add_argument("--dev-only", action="store_true",
                         help="measure the development set alone: for whoever is writing signatures, so that not "
                              "even the sealed set's totals can steer them")
@@ -218,14 +223,18 @@ def main(argv=None) -> int:
     from gpudoctor.kb.catalog import load_catalog
 
     catalog = load_catalog(use_cache=False)
-    sets = {"dev": evaluate_cases(load_cases(DEV, "manifest.yaml"), catalog, not args.no_hyperscan)}
+    sets = {"dev": evaluate_cases(load_cases(DEV, "manifest*.yaml"), catalog, not args.no_hyperscan)}
     sealed = [] if args.dev_only else load_cases(SEALED, "manifest*.yaml")
     if sealed:
         sets["sealed"] = evaluate_cases(sealed, catalog, not args.no_hyperscan)
+    for name, (base, pattern) in BATCHES.items() if args.batches else ():
+        batch = load_cases(base, pattern)
+        if batch and not (args.dev_only and base == SEALED):
+            sets[name] = evaluate_cases(batch, catalog, not args.no_hyperscan)
     if args.json:
         out = {}
         for name, figures in sets.items():
-            keep = name == "dev" or args.show_sealed
+            keep = name.startswith("dev") or args.show_sealed
             out[name] = {k: v for k, v in figures.items() if k != "rows" or keep}
         print(json.dumps(out, indent=2))
         return 0

@@ -2,6 +2,8 @@
 at each opCount (D19)."""
 from __future__ import annotations
 
+import re
+
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.rules import Verdict
@@ -80,4 +82,42 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
         return [Verdict("D19", "rule:nccl-opcount-desync", (
             Evidence(file, line_a, text_a, "rule:nccl-opcount-desync"),
             Evidence(file, line_b, text_b, "rule:nccl-opcount-desync"), why), score=0.85)]
+    return []
+
+
+# NCCL's error back-trace: every NCCLCHECK that sees a failure prints INFO "%s:%d -> %d" (__FILE__, __LINE__,
+# ncclResult_t; 2.4-2.2x, src/include/checks.h; "%s:%d -> %d (%s)" with strerror where a system call failed), so
+# the first line of a thread's chain names the layer that failed
+_TRACE = _lazy(r"(?P<who>[\w.-]+:\d+:\d+) \[\d+\] NCCL INFO (?P<file>[\w/.-]+\.(?:cc|cu|h|c)):\d+ -> (?P<res>\d+)")
+# innermost file -> (entry, what failing there means), from what each file of NCCL's source does
+_LAYER = {
+    "misc/socket.cc": ("MN2", "a TCP socket between hosts"), "include/socket.h": ("MN2", "a TCP socket between hosts"),
+    "bootstrap.cc": ("MN2", "bootstrap, the TCP rendezvous between ranks"),
+    "transport/net_socket.cc": ("MN2", "the socket transport between hosts"),
+    "transport/net_socket.cu": ("MN2", "the socket transport between hosts"),
+    "transport/nvls.cc": ("MN1", "NVLink SHARP multicast, which needs the NVSwitch fabric manager"),
+}
+_PEER_GONE = _lazy(r"closed by remote peer|reset by peer|remote process exited|Connection closed by", re.IGNORECASE)
+
+
+def error_trace_rule(text: str, file: str) -> list[Verdict]:
+    """Where NCCL's error back-trace starts: in its socket or bootstrap code a possible MN2 (hosts that cannot reach
+    each other over the interface NCCL picked), in its NVLS code a possible MN1. Not when a peer is said to have
+    gone away: then the socket failed because another rank died first."""
+    if " -> " not in text or _PEER_GONE.search(text):
+        return []
+    started: set[str] = set()
+    for line_no, line in enumerate(text.splitlines(), 1):
+        m = _TRACE.search(line) if " -> " in line else None
+        if m is None or m.group("who") in started:
+            continue
+        started.add(m.group("who"))  # a thread's first trace line is where its failure began
+        path = m.group("file")
+        layer = next((v for k, v in _LAYER.items() if path == k or path.endswith("/" + k)), None)
+        if layer is not None:
+            entry, what = layer
+            why = Evidence(file, line_no, f"NCCL's error back-trace starts in {path}: {what} failed "
+                                          f"(ncclResult {m.group('res')})", "because")
+            return [Verdict(entry, "hint:nccl-error-trace", (Evidence(file, line_no, line, "hint:nccl-error-trace"),
+                                                             why), score=0.45, tier="possible")]
     return []

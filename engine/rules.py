@@ -277,7 +277,7 @@ def unwrapped(text: str) -> str:
 def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> list[Verdict]:
     """Every rule's verdict. texts: the whole text of small inputs; for others, the scanner's windows
     (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
-    from gpudoctor.engine.nccl_rules import coll_desync_rule, interface_rule
+    from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, interface_rule
 
     verdicts: list[Verdict] = []
     texts = {name: unwrapped(text) for name, text in (texts or {}).items()}
@@ -290,6 +290,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
         if whole is not None:
             verdicts.extend(interface_rule(whole, scan.name))
             verdicts.extend(coll_desync_rule(whole, scan.name))
+            verdicts.extend(error_trace_rule(whole, scan.name))
             verdicts.extend(two_gpus_one_process_rule(whole, scan.name))
             verdicts.extend(multi_device_module_rule(whole, scan.name))
             verdicts.extend(zero_setup_rule(whole, scan.name))

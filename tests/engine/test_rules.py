@@ -702,3 +702,29 @@ def test_a_local_rank_line_that_is_not_the_summary_layout_is_passed_over(catalog
     text = _elastic_summary(0, -9).replace("  rank      : 0 (local_rank: 0)", "  worker (local_rank: 0)")
     d = run(catalog, "[rank0] step 41 loss 0.8812\n" + text)
     assert not any("rank 0" in v and "first" in v for v in d.verdict), d.verdict
+
+
+def _trace(lines: list[str]) -> str:
+    """NCCL INFO lines as NCCL 2.x prints them (host:pid:tid [dev] NCCL INFO ...), checks.h's back-trace included."""
+    return "".join(f"gpu-a:4242:4301 [0] NCCL INFO {line}\n" for line in lines)
+
+
+def test_nccl_error_trace_names_the_layer_that_failed(catalog):
+    from gpudoctor.engine.nccl_rules import error_trace_rule
+
+    boot = _trace(["Bootstrap : Using ib0:10.1.0.2<0>", "misc/socket.cc:567 -> 2", "bootstrap.cc:270 -> 2",
+                   "init.cc:1100 -> 2"])
+    [v] = error_trace_rule(boot, "job.log")
+    assert (v.entry, v.tier, v.evidence[0].line) == ("MN2", "possible", 2)
+    assert "misc/socket.cc" in v.evidence[1].text
+    # an absolute __FILE__ and the newer "(strerror)" suffix read the same
+    assert error_trace_rule(_trace(["/build/nccl/src/bootstrap.cc:270 -> 2 (Connection refused)"]), "j")[0].entry == "MN2"
+    nvls = error_trace_rule(_trace(["transport/nvls.cc:123 -> 1", "init.cc:1400 -> 1"]), "job.log")
+    assert [v.entry for v in nvls] == ["MN1"]
+    # shared memory (/dev/shm) and IB failures are not a wrong interface; a peer that went away is another rank's story
+    assert error_trace_rule(_trace(["include/shm.h:48 -> 2", "transport/shm.cc:100 -> 2"]), "job.log") == []
+    gone = _trace(["misc/socket.cc:540 -> 6"]) + "gpu-a:4242:4301 [0] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer 10.0.0.2<4000>\n"
+    assert error_trace_rule(gone, "job.log") == []
+    # through diagnose: a possible cause, never a confident one
+    result = run(catalog, boot)
+    assert [(f.id, f.tier) for f in result.findings][:1] == [("MN2", "possible")]
