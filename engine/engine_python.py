@@ -39,6 +39,18 @@ def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offse
     return None
 
 
+def match_end(data, m) -> int:
+    """Where a block regex's match really ends: a match that ends in white space (a trailing \\s*$ runs on past
+    blank lines to where $ holds) belongs to the line of its last other character, not to a blank line after."""
+    at, begin = m.end(), m.start()
+    while at > begin and data[at - 1] in _BLANK:
+        at -= 1
+    return at
+
+
+_BLANK = frozenset(b" \t\r\n\x0b\x0c")
+
+
 SHAPES_FROM = 1 << 12  # blocks of this many bytes or more are first read for their line shapes
 ANCHOR_FROM = 1 << 18  # varied blocks of this many bytes or more search literals by their anchors
 SHAPES_RETRY = 4  # after a block too varied for shapes, this many blocks go without them
@@ -148,8 +160,9 @@ class PythonMatcher:
         self._lines_with(strings, haystack, start, end, index, add)
         if slow:
             rx, over_lowered = self._slow_regex(index, slow, lowered)
-            for m in rx.finditer(haystack if over_lowered else block, start, end):
-                at = m.end()
+            data = haystack if over_lowered else block
+            for m in rx.finditer(data, start, end):
+                at = match_end(data, m)
                 add(block.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, (index,), at)
 
     def _lines_with(self, needles, haystack, start: int, end: int, index: int, add) -> None:

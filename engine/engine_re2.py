@@ -1,7 +1,7 @@
 """The RE2 engine: one `re2.Set` pass says which patterns occur in a block, then each one's own RE2 finds its lines."""
 from __future__ import annotations
 
-from gpudoctor.engine.engine_python import PythonMatcher, first_matching_line
+from gpudoctor.engine.engine_python import PythonMatcher, first_matching_line, match_end
 from gpudoctor.engine.patterns import PatternSet, prefilter_regex
 
 _MAX_MEM = 256 << 20
@@ -45,11 +45,7 @@ class Re2Matcher:
                     add(first[0], index, first[1])
                 continue
             for m in regex.finditer(data):
-                at, begin = m.end(), m.start()
-                # a match that ends in newlines (a trailing \s*$ runs on to the block's end, where $ holds) belongs to
-                # the line it ends on before them, not to the blank line after
-                while at > begin and data[at - 1] == 10:
-                    at -= 1
+                at = match_end(data, m)
                 add(data.rfind(b"\n", 0, max(at - 1, 0)) + 1 if at else 0, index, at)
         if self.rest is not None:
             for start, (indexes, at) in self.rest.candidates(block, end).items():

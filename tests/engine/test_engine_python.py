@@ -202,3 +202,27 @@ def test_python_engine_matches_a_compiled_one_on_made_up_lines(patterns, lines, 
     finally:
         engine_python.SHAPES_FROM, engine_python.COMMON_LITERAL = saved
     assert found["python"] == found[reference]
+
+
+@pytest.mark.parametrize("lines", [
+    ["", "", "", "Watchdog caught collective operation timeout", "Watchdog caught collective operation timeout",
+     "Watchdog caught collective operation timeout" * 2],  # the second occurrence ends the line
+    ["", "Watchdog caught collective operation timeout", " "],  # a blank line of spaces after it
+])
+def test_a_match_running_on_into_blank_lines_stays_on_its_own_line(patterns, lines):
+    """MN3's `...timeout:?\\s*$` over a whole block runs on through the newlines and spaces after it to where `$`
+    holds; the Python engine (where a literal is common) and re2 attributed such a match to the blank line it ended
+    on, and lost the line (found by the made-up-lines comparison above)."""
+    from gpudoctor.engine import engine_python
+
+    p = next(p for p in patterns.patterns if (p.owner, p.name) == ("MN3", "watchdog-timeout"))
+    data = ("\n".join(lines) * 3).encode()
+    want = [n for n, line in enumerate(data.decode().split("\n"), 1) if line.endswith("timeout")]
+    saved = engine_python.SHAPES_FROM, engine_python.COMMON_LITERAL
+    engine_python.SHAPES_FROM, engine_python.COMMON_LITERAL = 0, 2  # the common-literal path, block regex
+    try:
+        for engine in available():
+            hits = Scanner(patterns, engine=engine).scan(io.BytesIO(data), "blank.log").hits
+            assert [h.line_no for h in hits[p.index].all()] == want, engine
+    finally:
+        engine_python.SHAPES_FROM, engine_python.COMMON_LITERAL = saved
