@@ -101,14 +101,14 @@ class PatternSet:
     def from_entries(cls, entries: Iterable[Entry]) -> "PatternSet":
         patterns: list[Pattern] = []
         for name, (regex, literals) in STRUCTURAL.items():
-            patterns.append(Pattern(len(patterns), STRUCT, name, regex, False, frozenset(literals)))
+            patterns.append(Pattern(len(patterns), STRUCT, name, crlf_tolerant(regex), False, frozenset(literals)))
         for entry in entries:
             for sig in entry.signatures:
                 if sig.derived:
                     continue  # computed from the whole log set, not matched line by line
                 # literals and case were worked out when the catalogue was loaded (and cached)
                 patterns.append(Pattern(
-                    len(patterns), entry.id, sig.id, sig.pattern, sig.caseless, frozenset(sig.literals), sig,
+                    len(patterns), entry.id, sig.id, crlf_tolerant(sig.pattern), sig.caseless, frozenset(sig.literals), sig,
                 ))
         return cls(patterns)
 
@@ -141,3 +141,30 @@ def prefilter_regex(regex: str) -> str:
 
 
 _LEADING_CARET = LazyRegex(r"^((?:\(\?[a-zA-Z]+\))?)\^")
+
+
+def crlf_tolerant(regex: str) -> str:
+    """regex with each end-of-line anchor `$` also taking a carriage return before it: a log saved on Windows or
+    copied from a web page ends its lines with CRLF, and `$` stops only before the newline."""
+    if "$" not in regex:
+        return regex
+    out, in_class, i = [], False, 0
+    while i < len(regex):
+        ch = regex[i]
+        if ch == "\\":
+            out.append(regex[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]" or (out and out[-1] in ("[", "[^"))
+        elif ch == "[":
+            in_class = True
+            if regex[i + 1:i + 2] == "^":
+                out.append("[^")
+                i += 2
+                continue
+        elif ch == "$" and "".join(out[-2:]) not in ("\\s*", "\\s+", "\\s?"):  # \s takes the \r already
+            ch = r"\r?$"
+        out.append(ch)
+        i += 1
+    return "".join(out)

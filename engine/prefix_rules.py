@@ -199,6 +199,10 @@ def _h_stream_name(m: re.Match[str], acc: Acc) -> None:
     _first(acc, "stream", m.group(2))
 
 
+def _h_compose(m: re.Match[str], acc: Acc) -> None:
+    _first(acc, "source", m.group(1))
+
+
 def _h_nothing(m: re.Match[str], acc: Acc) -> None:
     pass
 
@@ -284,7 +288,8 @@ STRONG: tuple[Rule, ...] = (
         _h_iso_cri,
         _DIGITS,
     ),
-    Rule("iso", _rx("(" + ISO + r")(?:\s*[-|]\s+|:?\s+|$)"), _h_iso, _DIGITS),
+    # one blank after the time, not all: what follows may be a traceback's indentation (kubectl logs --timestamps)
+    Rule("iso", _rx("(" + ISO + r")(?:\s*[-|]\s+|:?\s|$)"), _h_iso, _DIGITS),
     # srun --label is the outermost layer (only a collector's timestamp goes before it); inside
     # a process's own prefix, "[default0]:100: loss 2.3" is the program printing a step number
     Rule("slurm", _rx(r"[ \t]{0,8}(\d{1,7}): "), _h_slurm, _DIGITS + " \t", outer_only=True),
@@ -315,6 +320,8 @@ STRONG: tuple[Rule, ...] = (
     # torch 2.1-2.3: "[2023-10-20 10:24:10,690] torch.distributed.run: [WARNING] "
     Rule("logger_level", _rx(r"([\w.]{1,200}): \[" + _LEVEL_WORD + r"\] "), _h_logger_level, _LETTERS),
     Rule("nccl", _rx(_NCCL), _h_nccl, _LETTERS + _DIGITS),
+    # docker compose's service column, outermost: "trainer-1  | " (v2), "trainer_1  | " (v1), padded to the longest name
+    Rule("compose", _rx(r"([A-Za-z][\w.-]{0,100}[-_]\d{1,4}) {1,40}\| "), _h_compose, _LETTERS, outer_only=True),
     Rule(
         "actor",
         _rx(r"\(([A-Za-z_][\w.-]{0,100}) ((?:\w{1,20}=[^\s,()]{1,100},? ?){1,6})\) ?"),

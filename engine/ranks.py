@@ -212,11 +212,12 @@ def _rank_tails(state: RankState, scan) -> None:
     (the rank that left the loop while the others waited for it)."""
     for line_no, text in scan.rank_tail.values():
         rank = prefix_rank(text)
-        if rank is None:
-            m = _SCRIPT_RANK.match(text)
-            if m is None:
+        if rank is None:  # a script's own "[rank3] ...", bare or under torchrun --tee's "[default3]:"
+            head = _prefix(text)
+            m = _SCRIPT_RANK.match(head.body)
+            rank = int(m.group(1)) if m else head.local_rank
+            if rank is None:
                 continue
-            rank = int(m.group(1))
         if state.world and rank >= state.world:
             continue
         r = state.rank(rank)

@@ -313,3 +313,14 @@ def test_a_rank_whose_only_line_opens_the_log_is_kept_and_a_named_rank_file_skip
     # a per-rank file among several, its rank in its name: engine/ranks.py reads its own last line instead
     skipped = Scanner(patterns).scan(io.BytesIO(data), "rank3.log", None, len(data), rank_tail=False)
     assert skipped.rank_tail == {} and skipped.tail == result.tail
+
+
+def test_a_ranks_last_line_is_found_behind_a_collectors_column_and_under_torchrun_tee(patterns):
+    ts = "2024-05-01T12:34:56.123456789Z "
+    lines = [ts + "[rank0] step 1", ts + "[rank1] epoch 0 done", ts + "[rank0] step 2"]
+    result = scan_bytes(patterns, ("\n".join(lines) + "\n").encode())
+    assert {text: no for no, text in result.rank_tail.values()} == {"[rank1] epoch 0 done": 2, "[rank0] step 2": 3}
+    tee = ["[default0]:[rank0] step 1", "[default1]:[rank1] epoch 0 done", "[default0]:loss 2.3", "[default0]:step 2"]
+    result = scan_bytes(patterns, ("\n".join(tee) + "\n").encode())
+    assert {text: no for no, text in result.rank_tail.values()} == {"[default1]:[rank1] epoch 0 done": 2,
+                                                                     "[default0]:step 2": 4}

@@ -1,0 +1,39 @@
+"""A log collector's column before every line, found once per text and cut (with terminal colour codes), so that rules which read where a line
+starts or how far it is indented (tracebacks, stack dumps, progress bars) read the program's own output.
+
+The columns are those that real logs arrive with: kubectl logs --timestamps, a containerd (CRI) log file,
+docker compose, Ray's worker prefix and srun --label. Each keeps the program's line whole after exactly one
+separator, so indentation survives; every line stays in place, so line numbers hold.
+"""
+from __future__ import annotations
+
+import re
+
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+
+_ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+_COLUMNS = (
+    _lazy(rf"^{_ISO} (?:stdout|stderr) [FP] ", re.MULTILINE),  # containerd / CRI-O file: time stream tag
+    _lazy(rf"^{_ISO} ", re.MULTILINE),  # kubectl logs --timestamps, docker logs -t
+    _lazy(r"^[A-Za-z][\w.-]{0,100}[-_]\d{1,4} {1,40}\| ?", re.MULTILINE),  # docker compose: "trainer-1  | "
+    _lazy(r"^\([A-Za-z_][\w.-]{0,100} (?:\w{1,20}=[^\s,()]{1,100},? ?){1,6}\) ", re.MULTILINE),  # Ray
+    _lazy(r"^ {0,8}\d{1,7}: ", re.MULTILINE),  # srun --label
+)
+_CSI = _lazy(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal colour or cursor code
+SAMPLE_LINES = 40  # non-empty lines looked at from the top
+SHARE = 0.8  # of which this many must carry the column
+
+
+def decolumn(text: str) -> str:
+    """text with the collector's column cut from every line that has it, or text itself when no column leads most
+    of its first lines; terminal colour codes are cut too (a coloured level or exception name is still one)."""
+    if "\x1b[" in text:
+        text = _CSI.sub("", text)
+    head = text[: 1 << 15]
+    sample = [line for line in head.split("\n")[: SAMPLE_LINES * 4] if line.strip()][:SAMPLE_LINES]
+    if len(sample) < 2:
+        return text
+    for column in _COLUMNS:
+        if sum(1 for line in sample if column.match(line)) >= SHARE * len(sample):
+            return column.sub("", text)
+    return text

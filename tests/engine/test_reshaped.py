@@ -1,0 +1,85 @@
+"""Logs as they reach a user: a collector's column before every line (kubectl --timestamps, containerd, docker
+compose, Ray, srun --label), torchrun --tee's prefix, CRLF line ends and ANSI colours read like the bare log."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.engine.columns import decolumn
+from gpudoctor.engine.diagnose import diagnose
+from gpudoctor.engine.patterns import crlf_tolerant
+from gpudoctor.engine.prefix import parse_prefix
+from gpudoctor.engine.sources import Source
+from gpudoctor.kb.catalog import load_catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACEBACK = ['Traceback (most recent call last):', '  File "train.py", line 12, in <module>', '    main()',
+             'RuntimeError: boom']
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog(use_cache=False)
+
+
+@pytest.mark.parametrize("column", ["2024-05-01T12:34:56.123456789Z ", "2024-05-01T12:34:56.123Z stderr F ",
+                                    "trainer-1  | ", "trainer_1    | ", "(RayTrainWorker pid=4242) ",
+                                    "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "3: "])
+def test_a_collectors_column_is_cut_and_the_indentation_kept(column):
+    text = "\n".join(column + line for line in TRACEBACK) + "\n"
+    assert decolumn(text) == "\n".join(TRACEBACK) + "\n"
+
+
+def test_a_log_whose_lines_mostly_carry_no_column_is_left_alone():
+    text = "\n".join(TRACEBACK + ["2024-05-01T12:34:56Z one timestamped line", "plain"]) + "\n"
+    assert decolumn(text) is text
+    assert decolumn("2024-05-01T12:34:56Z alone") == "2024-05-01T12:34:56Z alone"  # one line is no column
+
+
+def test_colour_codes_are_cut_and_lines_stay_in_place():
+    text = "\x1b[31mRuntimeError\x1b[0m: boom\n\x1b[1;33mWARNING\x1b[0m x\n"
+    assert decolumn(text) == "RuntimeError: boom\nWARNING x\n"
+
+
+def test_a_timestamp_prefix_leaves_a_tracebacks_indentation():
+    head = parse_prefix('2024-05-01T12:34:56.123456789Z   File "train.py", line 12, in <module>')
+    assert head.timestamp and head.body == '  File "train.py", line 12, in <module>'
+    compose = parse_prefix("trainer-1  | [rank1]: RuntimeError: boom")
+    assert (compose.source, compose.rank, compose.body) == ("trainer-1", 1, "RuntimeError: boom")
+
+
+def test_an_end_of_line_anchor_also_takes_a_carriage_return():
+    assert crlf_tolerant(r"^Killed(?: +\S.*)?$") == r"^Killed(?: +\S.*)?\r?$"
+    assert crlf_tolerant(r"[$]x\$y") == r"[$]x\$y"  # in a class, or escaped: a dollar sign
+    assert crlf_tolerant(r"timeout:?\s*$") == r"timeout:?\s*$"  # \s takes the \r already
+
+
+def test_a_crlf_log_is_diagnosed_as_the_same_log(catalog):
+    log = (ROOT / "tests/data/logs/D23/resume-from-checkpoint-killed-mid-save.log").read_text()
+    runs = [diagnose(catalog, [Source("<stdin>", None, None)], stdin=io.BytesIO(text.encode()))
+            for text in (log, log.replace("\n", "\r\n"))]
+    assert [[(f.id, f.tier) for f in r.findings] for r in runs] == [[("D23", "match")]] * 2
+
+
+def _bench():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location("reshaped_accuracy", ROOT / "bench" / "reshaped_accuracy.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+
+@pytest.mark.timeout(240)
+def test_every_reshaping_of_the_accuracy_set_loses_at_most_two_points_and_adds_no_alarm(capsys):
+    figures = _bench().run()
+    base, base_alarms = figures.pop("as written")
+    assert len(figures) == 8
+    for name, (top1, alarms) in figures.items():
+        assert base - top1 <= 0.02 and alarms <= base_alarms, (name, top1, base, alarms)
