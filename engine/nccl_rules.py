@@ -20,8 +20,8 @@ def interface_rule(text: str, file: str) -> list[Verdict]:
         return []
     seen_hosts = hosts(text)
     ev, names = bad[0]
-    why = Evidence(ev.file, ev.line, f"{', '.join(dict.fromkeys(names))}: loopback or a virtual device that other "
-                                     f"nodes cannot reach" + (f"; NCCL lines come from {len(seen_hosts)} hosts"
+    why = Evidence(ev.file, ev.line, f"{', '.join(dict.fromkeys(names))}: loopback, a virtual device or Docker's "
+                                     f"default bridge, which other nodes cannot reach" + (f"; NCCL lines come from {len(seen_hosts)} hosts"
                                                                if len(seen_hosts) > 1 else ""), "because")
     evidence = tuple(e for e, _ in bad[:3]) + (why,)
     if len(seen_hosts) > 1:

@@ -9,7 +9,7 @@ from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 # "Bootstrap : Using eth0:10.0.0.1<0>", "NET/Socket : Using [0]docker0:172.17.0.2<0> [1]eth0:...",
 # NCCL 2.4 and older: "NET : Using interface lo:127.0.0.1<0>"
 _USING = _lazy(r"(?:Bootstrap|NET/Socket|NET)\s?:\s?Using (?:interface )?(.{1,2000})")
-_IFACE = _lazy(r"(?:\[\d{1,3}\])?([A-Za-z][\w.@-]{0,40}):[0-9A-Fa-f:.%\w-]{2,80}<\d+>")
+_IFACE = _lazy(r"(?:\[\d{1,3}\])?([A-Za-z][\w.@-]{0,40}:[0-9A-Fa-f:.%\w-]{2,80})<\d+>")
 # NCCL's own prefix: "host:pid:tid [dev] NCCL INFO"
 _NCCL_HOST = _lazy(r"(?:^|[\s\]])([\w.-]{1,253}):\d{1,10}:\d{1,10} \[\d{1,3}\] NCCL (?:INFO|WARN)", re.MULTILINE)
 _VIRTUAL = (
@@ -20,9 +20,10 @@ _VIRTUAL = (
 
 
 def unreachable(name: str) -> bool:
-    """Loopback or a container / VM / VPN / tunnel device: nothing on another node reaches it."""
-    name = name.split(":", 1)[0].lower()
-    return bool(re.fullmatch(r"lo\d{0,3}", name)) or name.startswith(_VIRTUAL)
+    """Loopback or a container / VM / VPN / tunnel device, or an address on Docker's default bridge (a container's
+    eth0 at 172.17.x.x): nothing on another node reaches it. name: "eth0" or "eth0:172.17.0.2"."""
+    name, _, address = name.lower().partition(":")
+    return bool(re.fullmatch(r"lo\d{0,3}", name)) or name.startswith(_VIRTUAL) or address.startswith("172.17.")
 
 
 def interface_choices(text: str, file: str) -> list[tuple[Evidence, list[str]]]:
