@@ -11,6 +11,7 @@ Each reshaping keeps every line (so evidence line numbers stay) and is one that 
   torchrun --tee 3       [default3]:<line> (the rank a [rank3] on the line names, else 0)
   docker compose         trainer-1  | <line>
   Ray worker             (RayTrainWorker pid=4242) <line>
+  quoted in a reply      > <line>
   CRLF                   <line>\\r\\n
   ANSI colours           levels and error names in colour (\\x1b[31mERROR\\x1b[0m)
 
@@ -51,6 +52,7 @@ RESHAPES = {
     "torchrun --tee 3": _tee,
     "docker compose": _prefix("trainer-1  | "),
     "Ray worker": _prefix("(RayTrainWorker pid=4242) "),
+    "quoted in a reply": _prefix("> "),
     "CRLF": lambda text: text.replace("\r\n", "\n").replace("\n", "\r\n"),
     "ANSI colours": lambda text: _COLOURED.sub("\x1b[31m\\1\x1b[0m", text),
 }

@@ -2,7 +2,7 @@
 starts or how far it is indented (tracebacks, stack dumps, progress bars) read the program's own output.
 
 The columns are those that real logs arrive with: kubectl logs --timestamps, a containerd (CRI) log file,
-docker compose, Ray's worker prefix and srun --label. Each keeps the program's line whole after exactly one
+docker compose, Ray's worker prefix, srun --label, and the quote marks of a log quoted in a reply. Each keeps the program's line whole after exactly one
 separator, so indentation survives; every line stays in place, so line numbers hold.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ _COLUMNS = (
     _lazy(r"^[A-Za-z][\w.-]{0,100}[-_]\d{1,4} {1,40}\| ?", re.MULTILINE),  # docker compose: "trainer-1  | "
     _lazy(r"^\([A-Za-z_][\w.-]{0,100} (?:\w{1,20}=[^\s,()]{1,100},? ?){1,6}\) ", re.MULTILINE),  # Ray
     _lazy(r"^ {0,8}\d{1,7}: ", re.MULTILINE),  # srun --label
+    _lazy(r"^(?:> ?)+", re.MULTILINE),  # a log quoted in a reply (Markdown, e-mail): "> [rank1]: ..."
 )
 _CSI = _lazy(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal colour or cursor code
 SAMPLE_LINES = 40  # non-empty lines looked at from the top

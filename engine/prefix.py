@@ -18,7 +18,7 @@ class LinePrefix:
     `offset` is where `body` starts in the original line (`line[offset:offset+len(body)]
     == body`), or None when ANSI codes were cut out and the body is no longer a slice;
     parsing `body` again strips nothing more unless it starts with an srun label
-    ("3: "), which is only read on the outside of a line.
+    ("3: ") or a reply's quote marks ("> "), which are only read on the outside of a line.
     """
 
     body: str

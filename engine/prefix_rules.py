@@ -320,6 +320,8 @@ STRONG: tuple[Rule, ...] = (
     # torch 2.1-2.3: "[2023-10-20 10:24:10,690] torch.distributed.run: [WARNING] "
     Rule("logger_level", _rx(r"([\w.]{1,200}): \[" + _LEVEL_WORD + r"\] "), _h_logger_level, _LETTERS),
     Rule("nccl", _rx(_NCCL), _h_nccl, _LETTERS + _DIGITS),
+    # a log quoted in a reply (Markdown, e-mail), outermost: "> [rank1]: RuntimeError ..."
+    Rule("quote", _rx(r"(?:> ?){1,8}(?=\S)"), _h_nothing, ">", outer_only=True),
     # docker compose's service column, outermost: "trainer-1  | " (v2), "trainer_1  | " (v1), padded to the longest name
     Rule("compose", _rx(r"([A-Za-z][\w.-]{0,100}[-_]\d{1,4}) {1,40}\| "), _h_compose, _LETTERS, outer_only=True),
     Rule(

@@ -1,5 +1,6 @@
 """Logs as they reach a user: a collector's column before every line (kubectl --timestamps, containerd, docker
-compose, Ray, srun --label), torchrun --tee's prefix, CRLF line ends and ANSI colours read like the bare log."""
+compose, Ray, srun --label), torchrun --tee's prefix, a reply's quote marks, CRLF line ends and ANSI colours read
+like the bare log."""
 from __future__ import annotations
 
 import importlib.util
@@ -28,7 +29,7 @@ def catalog():
 
 @pytest.mark.parametrize("column", ["2024-05-01T12:34:56.123456789Z ", "2024-05-01T12:34:56.123Z stderr F ",
                                     "trainer-1  | ", "trainer_1    | ", "(RayTrainWorker pid=4242) ",
-                                    "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "3: "])
+                                    "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "3: ", "> "])
 def test_a_collectors_column_is_cut_and_the_indentation_kept(column):
     text = "\n".join(column + line for line in TRACEBACK) + "\n"
     assert decolumn(text) == "\n".join(TRACEBACK) + "\n"
@@ -80,6 +81,6 @@ def _bench():
 def test_every_reshaping_of_the_accuracy_set_loses_at_most_two_points_and_adds_no_alarm(capsys):
     figures = _bench().run()
     base, base_alarms = figures.pop("as written")
-    assert len(figures) == 8
+    assert len(figures) == 9
     for name, (top1, alarms) in figures.items():
         assert base - top1 <= 0.02 and alarms <= base_alarms, (name, top1, base, alarms)
