@@ -12,6 +12,7 @@ Each reshaping keeps every line (so evidence line numbers stay) and is one that 
   docker compose         trainer-1  | <line>
   Ray worker             (RayTrainWorker pid=4242) <line>
   quoted in a reply      > <line>
+  rich tracebacks        each traceback in rich's box: "│ path.py:12 in fn │", "│ ❱   12 │ code │"
   CRLF                   <line>\\r\\n
   ANSI colours           levels and error names in colour (\\x1b[31mERROR\\x1b[0m)
 
@@ -41,6 +42,54 @@ def _tee(text: str) -> str:
     return "\n".join(one(line) for line in text.split("\n"))
 
 
+_TB_HEAD = re.compile(r"^(?P<pre>.*?)Traceback \(most recent call last\):\s*$")
+_TB_FRAME = re.compile(r'^(?P<pre>.*?)  File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<fn>.+?)\s*$')
+RICH_WIDTH = 100  # rich's box on a 100-column console
+
+
+def _boxed(pre: str, content: list[str]) -> list[str]:
+    inner = RICH_WIDTH - 4
+    title = " Traceback (most recent call last) "
+    left = (RICH_WIDTH - 2 - len(title)) // 2
+    out = [f"{pre}╭{'─' * left}{title}{'─' * (RICH_WIDTH - 2 - left - len(title))}╮"]
+    for row in content:
+        while len(row) > inner:  # rich wraps at a space, and folds a path longer than the box
+            cut = row.rfind(" ", 0, inner + 1)
+            cut = inner if cut <= 0 else cut
+            out.append(f"{pre}│ {row[:cut]:<{inner}} │")
+            row = row[cut:].lstrip()
+        out.append(f"{pre}│ {row:<{inner}} │")
+    out.append(f"{pre}╰{'─' * (RICH_WIDTH - 2)}╯")
+    return out
+
+
+def _rich(text: str) -> str:
+    """Each Python traceback as rich.traceback prints it (HF accelerate/transformers, typer and Lightning CLIs):
+    a box of "path:line in function" frames with the failing source line under a ❱, the exception line below it."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        head = _TB_HEAD.match(lines[i])
+        if head is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        pre, content, i = head.group("pre"), [], i + 1
+        while i < len(lines):
+            frame = _TB_FRAME.match(lines[i])
+            if frame is None or frame.group("pre") != pre:
+                break
+            content.append(f"{frame.group('path')}:{frame.group('line')} in {frame.group('fn')}")
+            content.append("")
+            i += 1
+            if i < len(lines) and lines[i].startswith(pre + "    ") and not _TB_FRAME.match(lines[i]):
+                content.insert(-1, f"❱ {frame.group('line'):>4} │ {lines[i][len(pre):].strip()}")
+                i += 1
+                while i < len(lines) and set(lines[i][len(pre):].strip()) <= set("^~ ") and lines[i].strip():
+                    i += 1  # Python 3.11's ^^^^ markers: rich shows none
+        out.extend(_boxed(pre, content[:-1] if content else content))
+    return "\n".join(out)
+
+
 def _prefix(head: str):
     return lambda text: "\n".join(head + line if line else line for line in text.split("\n"))
 
@@ -53,6 +102,7 @@ RESHAPES = {
     "docker compose": _prefix("trainer-1  | "),
     "Ray worker": _prefix("(RayTrainWorker pid=4242) "),
     "quoted in a reply": _prefix("> "),
+    "rich tracebacks": _rich,
     "CRLF": lambda text: text.replace("\r\n", "\n").replace("\n", "\r\n"),
     "ANSI colours": lambda text: _COLOURED.sub("\x1b[31m\\1\x1b[0m", text),
 }

@@ -27,14 +27,18 @@ SHARE = 0.8  # of which this many must carry the column
 
 def decolumn(text: str) -> str:
     """text with the collector's column cut from every line that has it, or text itself when no column leads most
-    of its first lines; terminal colour codes are cut too (a coloured level or exception name is still one)."""
+    of its first lines; terminal colour codes are cut too (a coloured level or exception name is still one), and
+    rich's boxed tracebacks are rewritten as Python prints them (engine/richtb.py)."""
     if "\x1b[" in text:
         text = _CSI.sub("", text)
     head = text[: 1 << 15]
     sample = [line for line in head.split("\n")[: SAMPLE_LINES * 4] if line.strip()][:SAMPLE_LINES]
-    if len(sample) < 2:
-        return text
-    for column in _COLUMNS:
+    for column in _COLUMNS if len(sample) >= 2 else ():
         if sum(1 for line in sample if column.match(line)) >= SHARE * len(sample):
-            return column.sub("", text)
+            text = column.sub("", text)
+            break
+    if "╭" in text and "Traceback (most recent call last)" in text:
+        from gpudoctor.engine.richtb import plain_tracebacks
+
+        text = "\n".join(plain_tracebacks(text.split("\n")))
     return text

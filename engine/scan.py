@@ -19,6 +19,7 @@ WIDTH_SAMPLE = 1 << 14  # bytes whose rows tell a hard-wrapped paste (64 KB read
 # dev set re-wrapped at 80 and 120 columns, and cost 7% of the CPU time of a directory of 1 MB per-rank logs)
 KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
 WINDOW_LINES = 60  # lines kept after a traceback header
+RICH_WINDOW_LINES = 600  # after rich's boxed header: each frame takes a dozen rows (context lines, locals)
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
 RANK_TAIL_BYTES = 256 << 10  # how far back from a block's end each rank's last line is looked for
@@ -299,7 +300,9 @@ class Scanner:
     @staticmethod
     def _window(block: bytearray | bytes, limit: int, start: int) -> list[str]:
         lines, pos = [], start
-        for _ in range(WINDOW_LINES):
+        first_nl = block.find(b"\n", start, limit)
+        boxed = block.find("╭".encode(), start, limit if first_nl < 0 else first_nl) >= 0
+        for _ in range(RICH_WINDOW_LINES if boxed else WINDOW_LINES):
             if pos >= limit:
                 break
             nl = block.find(b"\n", pos, limit)

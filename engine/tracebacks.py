@@ -227,6 +227,11 @@ def parse_tracebacks(lines: Iterable[str]) -> list[TracebackInfo]:
     Lines may be raw (prefixes are read here, which also separates interleaved ranks
     and stops a multi-line message at the next log record) or already-stripped bodies.
     """
+    lines = list(lines)
+    if any("╭" in line for line in lines):  # rich's boxed tracebacks, rewritten as Python prints them
+        from gpudoctor.engine.richtb import plain_tracebacks
+
+        lines = plain_tracebacks(lines)
     parsed = [parse_prefix(line) for line in lines]
     found: list[TracebackInfo] = []
     chained: set[int] = set()  # headers already read as a later link of some chain

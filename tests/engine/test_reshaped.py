@@ -66,6 +66,55 @@ def test_a_crlf_log_is_diagnosed_as_the_same_log(catalog):
     assert [[(f.id, f.tier) for f in r.findings] for r in runs] == [[("D23", "match")]] * 2
 
 
+# rich.traceback's box as HF accelerate/transformers print it: context lines around the failing one, a path too long
+# for its row moved the function name to the next row, one folded at the box's edge
+RICH = """[rank1]:╭───────────────────── Traceback (most recent call last) ─────────────────────╮
+[rank1]:│ /work/train.py:40 in <module>                                               │
+[rank1]:│                                                                              │
+[rank1]:│   38 │   args = parse()                                                      │
+[rank1]:│   39 │                                                                       │
+[rank1]:│ ❱ 40 │   main(args)                                                          │
+[rank1]:│   41                                                                         │
+[rank1]:│                                                                              │
+[rank1]:│ /opt/conda/lib/python3.10/site-packages/deepspeed/runtime/zero/stage_1_and_2.py:│
+[rank1]:│ 617 in initialize_optimizer_states                                           │
+[rank1]:│                                                                              │
+[rank1]:│   616 │   │   │   single_grad_partition = torch.zeros(int(self.partition_size│
+[rank1]:│ ❱ 617 │   │   │   │   │   │   │   │   │   │   dtype=self.single_partition_of_│
+[rank1]:│                                                                              │
+[rank1]:│ /opt/conda/lib/python3.10/site-packages/torch/distributed/utils.py:315 in    │
+[rank1]:│ _sync_module_states                                                          │
+[rank1]:│ ❱ 315 │   _sync_params_and_buffers(process_group, module_states)               │
+[rank1]:╰──────────────────────────────────────────────────────────────────────────────╯
+[rank1]:OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB""".split("\n")
+
+
+def test_a_rich_traceback_is_read_as_python_prints_it():
+    from gpudoctor.engine.richtb import plain_tracebacks
+    from gpudoctor.engine.tracebacks import parse_tracebacks
+
+    plain = plain_tracebacks(RICH)
+    assert len(plain) == len(RICH)  # line for line: evidence keeps its numbers
+    assert plain[0] == "[rank1]:Traceback (most recent call last):"
+    body = [line for line in plain if line != "[rank1]:"]
+    assert body[1:3] == ['[rank1]:  File "/work/train.py", line 40, in <module>', "[rank1]:    main(args)"]
+    assert body[3] == ('[rank1]:  File "/opt/conda/lib/python3.10/site-packages/deepspeed/runtime/zero/'
+                       'stage_1_and_2.py", line 617, in initialize_optimizer_states')
+    assert body[5].endswith('utils.py", line 315, in _sync_module_states')
+    [info] = parse_tracebacks(RICH)
+    assert (info.exc_type, info.rank) == ("OutOfMemoryError", 1)
+    assert [f.function for f in info.frames] == ["<module>", "initialize_optimizer_states", "_sync_module_states"]
+    assert info.frames[0].source == "main(args)"
+
+
+def test_a_box_cut_short_is_left_where_it_stops():
+    from gpudoctor.engine.richtb import plain_tracebacks
+
+    cut = RICH[:3] + ["plain line after a cut paste"]
+    assert plain_tracebacks(cut)[-1] == "plain line after a cut paste"
+    assert plain_tracebacks(["╭── not a traceback ──╮", "│ x │"]) == ["╭── not a traceback ──╮", "│ x │"]
+
+
 def _bench():
     sys.path.insert(0, str(ROOT / "bench"))
     try:
@@ -81,6 +130,6 @@ def _bench():
 def test_every_reshaping_of_the_accuracy_set_loses_at_most_two_points_and_adds_no_alarm(capsys):
     figures = _bench().run()
     base, base_alarms = figures.pop("as written")
-    assert len(figures) == 9
+    assert len(figures) == 10
     for name, (top1, alarms) in figures.items():
         assert base - top1 <= 0.02 and alarms <= base_alarms, (name, top1, base, alarms)
