@@ -13,6 +13,7 @@ Each reshaping keeps every line (so evidence line numbers stay) and is one that 
   Ray worker             (RayTrainWorker pid=4242) <line>
   quoted in a reply      > <line>
   rich tracebacks        each traceback in rich's box: "│ path.py:12 in fn │", "│ ❱   12 │ code │"
+  IPython (Jupyter)      "RuntimeError   Traceback (most recent call last)", "File x.py:12, in fn(self)", "--> 12 code"
   CRLF                   <line>\\r\\n
   ANSI colours           levels and error names in colour (\\x1b[31mERROR\\x1b[0m)
 
@@ -90,6 +91,40 @@ def _rich(text: str) -> str:
     return "\n".join(out)
 
 
+_EXC = re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\b")
+
+
+def _ipython(text: str) -> str:
+    """Each Python traceback as IPython 8 prints it in Jupyter (accelerate's notebook_launcher): the exception type
+    in the header, "File path:line, in fn(...)" frames, the source line under a "-->" arrow."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        head = _TB_HEAD.match(lines[i])
+        if head is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        pre, frames, i = head.group("pre"), [], i + 1
+        while i < len(lines):
+            frame = _TB_FRAME.match(lines[i])
+            if frame is None or frame.group("pre") != pre:
+                break
+            code, i = "", i + 1
+            if i < len(lines) and lines[i].startswith(pre + "    ") and not _TB_FRAME.match(lines[i]):
+                code, i = lines[i][len(pre):].strip(), i + 1
+                while i < len(lines) and set(lines[i][len(pre):].strip()) <= set("^~ ") and lines[i].strip():
+                    i += 1
+            frames.append((frame, code))
+        exc = _EXC.match(lines[i][len(pre):]) if i < len(lines) else None
+        out.append(pre + "-" * 75)
+        out.append(f"{pre}{exc.group('type') if exc else 'Exception':<42}Traceback (most recent call last)")
+        for frame, code in frames:
+            out.append(f"{pre}File {frame.group('path')}:{frame.group('line')}, in {frame.group('fn')}(self)")
+            out.append(f"{pre}--> {frame.group('line'):>4} {code}")
+            out.append(pre)
+    return "\n".join(out)
+
+
 def _prefix(head: str):
     return lambda text: "\n".join(head + line if line else line for line in text.split("\n"))
 
@@ -103,6 +138,7 @@ RESHAPES = {
     "Ray worker": _prefix("(RayTrainWorker pid=4242) "),
     "quoted in a reply": _prefix("> "),
     "rich tracebacks": _rich,
+    "IPython (Jupyter)": _ipython,
     "CRLF": lambda text: text.replace("\r\n", "\n").replace("\n", "\r\n"),
     "ANSI colours": lambda text: _COLOURED.sub("\x1b[31m\\1\x1b[0m", text),
 }

@@ -28,7 +28,7 @@ SHARE = 0.8  # of which this many must carry the column
 def decolumn(text: str) -> str:
     """text with the collector's column cut from every line that has it, or text itself when no column leads most
     of its first lines; terminal colour codes are cut too (a coloured level or exception name is still one), and
-    rich's boxed tracebacks are rewritten as Python prints them (engine/richtb.py)."""
+    rich's boxed and IPython's tracebacks are rewritten as Python prints them (engine/tbforms.py)."""
     if "\x1b[" in text:
         text = _CSI.sub("", text)
     head = text[: 1 << 15]
@@ -37,8 +37,9 @@ def decolumn(text: str) -> str:
         if sum(1 for line in sample if column.match(line)) >= SHARE * len(sample):
             text = column.sub("", text)
             break
-    if "╭" in text and "Traceback (most recent call last)" in text:
-        from gpudoctor.engine.richtb import plain_tracebacks
+    if "Traceback (most recent call last)" in text:
+        from gpudoctor.engine.tbforms import has_foreign, plain_tracebacks
 
-        text = "\n".join(plain_tracebacks(text.split("\n")))
+        if has_foreign(text):
+            text = "\n".join(plain_tracebacks(text.split("\n")))
     return text

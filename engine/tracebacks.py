@@ -228,10 +228,11 @@ def parse_tracebacks(lines: Iterable[str]) -> list[TracebackInfo]:
     and stops a multi-line message at the next log record) or already-stripped bodies.
     """
     lines = list(lines)
-    if any("╭" in line for line in lines):  # rich's boxed tracebacks, rewritten as Python prints them
-        from gpudoctor.engine.richtb import plain_tracebacks
+    if any("╭" in line or "  Traceback (most recent call last)" in line for line in lines):
+        from gpudoctor.engine.tbforms import has_foreign, plain_tracebacks
 
-        lines = plain_tracebacks(lines)
+        if has_foreign("\n".join(lines)):  # rich's box, IPython's form: rewritten as Python prints them
+            lines = plain_tracebacks(lines)
     parsed = [parse_prefix(line) for line in lines]
     found: list[TracebackInfo] = []
     chained: set[int] = set()  # headers already read as a later link of some chain

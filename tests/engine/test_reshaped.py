@@ -90,7 +90,7 @@ RICH = """[rank1]:╭───────────────────�
 
 
 def test_a_rich_traceback_is_read_as_python_prints_it():
-    from gpudoctor.engine.richtb import plain_tracebacks
+    from gpudoctor.engine.tbforms import plain_tracebacks
     from gpudoctor.engine.tracebacks import parse_tracebacks
 
     plain = plain_tracebacks(RICH)
@@ -108,11 +108,55 @@ def test_a_rich_traceback_is_read_as_python_prints_it():
 
 
 def test_a_box_cut_short_is_left_where_it_stops():
-    from gpudoctor.engine.richtb import plain_tracebacks
+    from gpudoctor.engine.tbforms import plain_tracebacks
 
     cut = RICH[:3] + ["plain line after a cut paste"]
     assert plain_tracebacks(cut)[-1] == "plain line after a cut paste"
     assert plain_tracebacks(["╭── not a traceback ──╮", "│ x │"]) == ["╭── not a traceback ──╮", "│ x │"]
+
+
+IPYTHON8 = """---------------------------------------------------------------------------
+ProcessRaisedException                    Traceback (most recent call last)
+Cell In[4], line 3
+      1 from accelerate import notebook_launcher
+----> 3 notebook_launcher(train, num_processes=2)
+
+File /opt/conda/lib/python3.10/site-packages/accelerate/launchers.py:186, in notebook_launcher(function, args)
+    183 try:
+--> 186     start_processes(launcher, args=args, nprocs=num_processes, start_method="fork")
+    187 except ProcessRaisedException as e:
+
+File /opt/conda/lib/python3.10/site-packages/torch/multiprocessing/spawn.py:160, in ProcessContext.join(self)
+    (...)
+--> 160 raise ProcessRaisedException(msg, error_index, failed_process.pid)
+
+ProcessRaisedException: process 1 failed""".split("\n")
+IPYTHON7 = """\x1b[0;31mRuntimeError\x1b[0m                              Traceback (most recent call last)
+<ipython-input-4-0c1d1c6f7e9b> in <module>
+      1 x = 1
+----> 2 model = DDP(model)
+
+~/anaconda3/lib/python3.8/site-packages/torch/nn/parallel/distributed.py in __init__(self, module, device_ids)
+    446         # Sync params and buffers
+--> 447         self._sync_params_and_buffers(authoritative_rank=0)
+
+RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error""".split("\n")
+
+
+@pytest.mark.parametrize("lines, want", [
+    (IPYTHON8, ("ProcessRaisedException", [("Cell In[4]", 3, "<module>"), ("launchers.py", 186, "notebook_launcher"),
+                                          ("spawn.py", 160, "ProcessContext.join")])),
+    (IPYTHON7, ("RuntimeError", [("<ipython-input-4-0c1d1c6f7e9b>", 2, "<module>"), ("distributed.py", 447, "__init__")])),
+])
+def test_an_ipython_traceback_is_read_as_python_prints_it(lines, want):
+    from gpudoctor.engine.tbforms import plain_tracebacks
+    from gpudoctor.engine.tracebacks import parse_tracebacks
+
+    assert len(plain_tracebacks(lines)) == len(lines)
+    [info] = parse_tracebacks(lines)
+    assert info.exc_type == want[0]
+    assert [(f.file.rsplit("/", 1)[-1], f.line, f.function) for f in info.frames] == want[1]
+    assert info.frames[-1].source.startswith(("raise ProcessRaisedException", "self._sync_params_and_buffers"))
 
 
 def _bench():
@@ -130,6 +174,6 @@ def _bench():
 def test_every_reshaping_of_the_accuracy_set_loses_at_most_two_points_and_adds_no_alarm(capsys):
     figures = _bench().run()
     base, base_alarms = figures.pop("as written")
-    assert len(figures) == 10
+    assert len(figures) == 11
     for name, (top1, alarms) in figures.items():
         assert base - top1 <= 0.02 and alarms <= base_alarms, (name, top1, base, alarms)
