@@ -1,9 +1,11 @@
-"""A log collector's column before every line, found once per text and cut (with terminal colour codes), so that rules which read where a line
-starts or how far it is indented (tracebacks, stack dumps, progress bars) read the program's own output.
+"""A kept text as the program printed it: what carried the log to the user is taken off once per text, so that
+rules which read where a line starts or how far it is indented (tracebacks, stack dumps, progress bars) read
+the program's own output.
 
-The columns are those that real logs arrive with: kubectl logs --timestamps, a containerd (CRI) log file,
-docker compose, Ray's worker prefix, srun --label, and the quote marks of a log quoted in a reply. Each keeps the program's line whole after exactly one
-separator, so indentation survives; every line stays in place, so line numbers hold.
+Taken off: a collector's column before every line (kubectl logs --timestamps, a containerd (CRI) log file,
+docker compose, Ray's worker prefix, srun --label, the quote marks of a log quoted in a reply), each after
+exactly one separator so that indentation survives; terminal colour codes; and other printers' tracebacks
+(rich, IPython) are rewritten in Python's form. Every line stays in place, so line numbers hold.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ SAMPLE_LINES = 40  # non-empty lines looked at from the top
 SHARE = 0.8  # of which this many must carry the column
 
 
-def decolumn(text: str) -> str:
+def as_printed(text: str) -> str:
     """text with the collector's column cut from every line that has it, or text itself when no column leads most
     of its first lines; terminal colour codes are cut too (a coloured level or exception name is still one), and
     rich's boxed and IPython's tracebacks are rewritten as Python prints them (engine/tbforms.py)."""

@@ -1,7 +1,7 @@
 """Diagnose a failed run: scan every source, score catalogue entries, follow the ranks, read flight dumps."""
 from __future__ import annotations
 
-from gpudoctor.engine.columns import decolumn
+from gpudoctor.engine.columns import as_printed
 from gpudoctor.engine.findings import Finding, SignatureHits, build_findings
 from gpudoctor.engine.patterns import STRUCT, PatternSet
 from gpudoctor.engine.scan import Hit, Scanner, SourceScan
@@ -126,7 +126,7 @@ def diagnose(
         text = capture.text(budget)
         if text is not None:
             budget -= len(text)
-            text = texts[source.name] = decolumn(text)
+            text = texts[source.name] = as_printed(text)
             if looks_like_dump(text):
                 dumps_text[source.name] = (text, _hint_of(source, len(logs) > 1))
         analysis.add(source, result)

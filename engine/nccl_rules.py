@@ -10,8 +10,8 @@ from gpudoctor.engine.rules import Verdict
 
 
 def interface_rule(text: str, file: str) -> list[Verdict]:
-    """NCCL told to use loopback or a container/tunnel interface: MN2 when NCCL's lines come from two or more hosts,
-    a possible MN2 otherwise (one host's log of a multi-node job cannot show the others)."""
+    """NCCL told to use loopback, a container/tunnel interface or Docker's default bridge: MN2 when NCCL's lines come
+    from two or more hosts, a possible MN2 otherwise (one host's log of a multi-node job cannot show the others)."""
     from gpudoctor.engine.netif import hosts, interface_choices, unreachable
 
     bad = [(ev, [n for n in names if unreachable(n)]) for ev, names in interface_choices(text, file)]
@@ -20,9 +20,9 @@ def interface_rule(text: str, file: str) -> list[Verdict]:
         return []
     seen_hosts = hosts(text)
     ev, names = bad[0]
+    hosts_seen = f"; NCCL lines come from {len(seen_hosts)} hosts" if len(seen_hosts) > 1 else ""
     why = Evidence(ev.file, ev.line, f"{', '.join(dict.fromkeys(names))}: loopback, a virtual device or Docker's "
-                                     f"default bridge, which other nodes cannot reach" + (f"; NCCL lines come from {len(seen_hosts)} hosts"
-                                                               if len(seen_hosts) > 1 else ""), "because")
+                                     f"default bridge, which other nodes cannot reach{hosts_seen}", "because")
     evidence = tuple(e for e, _ in bad[:3]) + (why,)
     if len(seen_hosts) > 1:
         return [Verdict("MN2", "rule:nccl-unreachable-interface", evidence, score=0.85)]

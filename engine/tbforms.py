@@ -14,7 +14,7 @@ wrapped (a long path, a function name on the next row) is joined to the row afte
     RuntimeError          Traceback (most recent call last)        Traceback (most recent call last):
     Cell In[4], line 3                                         →     File "Cell In[4]", line 3, in <module>
     ----> 3 notebook_launcher(train, num_processes=2)                  notebook_launcher(train, num_processes=2)
-    File /x/launchers.py:186, in notebook_launcher(function, ...)     File "/x/launchers.py", line 186, in notebook_launcher
+    File /x/launchers.py:186, in launch(function, ...)                File "/x/launchers.py", line 186, in launch
     (IPython 7: "/x/launchers.py in notebook_launcher(function, ...)", the line number from its "--> 186" arrow)
 """
 from __future__ import annotations
@@ -31,8 +31,10 @@ _CODE = _lazy(r"❱ *\d+ │ ?(?P<code>.*?)\s*$")
 _GUIDES = _lazy(r"^\s*(?:│\s*)+")  # rich's indentation guides inside a source line
 MAX_BOX_LINES = 2000
 # IPython 7-8 (IPython/core/ultratb.py): the header names the exception type; frames and the arrowed source line
-_IPY_HEAD = _lazy(r"(?P<pre>.*?)[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)?\s{2,}Traceback \(most recent call last\)\s*$")
-_IPY_CELL = _lazy(r"(?:Cell (?P<cell>In ?\[\d*\]), line (?P<line>\d+)|(?P<input><ipython-input-[\w-]+>) in (?P<fn0>[\w.<>]+))")
+_IPY_HEAD = _lazy(r"(?P<pre>.*?)[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)?\s{2,}"
+                  r"Traceback \(most recent call last\)\s*$")
+_IPY_CELL = _lazy(r"(?:Cell (?P<cell>In ?\[\d*\]), line (?P<line>\d+)|"
+                  r"(?P<input><ipython-input-[\w-]+>) in (?P<fn0>[\w.<>]+))")
 _IPY_FILE = _lazy(r"(?:File )?(?P<path>(?:[A-Za-z]:)?[~/\\][^:\n]*?\.pyx?)(?::(?P<line>\d+))?,? in (?P<fn>[\w.<>]+)")
 _IPY_ARROW = _lazy(r"-+>\s*(?P<line>\d+)\s?(?P<code>.*)$")
 _IPY_CONTEXT = _lazy(r" {2,}\d+ | *\(\.\.\.\)\s*$")  # a source line around the arrowed one; IPython 8's elision
@@ -75,7 +77,7 @@ def _rewrite_ipython(out: list[str], i: int, pre: str) -> int:
         stripped = body.strip()
         cell = _IPY_CELL.match(stripped)
         frame = None if cell else _IPY_FILE.match(stripped)
-        arrow = _IPY_ARROW.match(stripped) if stripped.startswith("-") and not stripped.startswith("---------") else None
+        arrow = None if not stripped.startswith("-") or stripped.startswith("-" * 9) else _IPY_ARROW.match(stripped)
         if cell or frame:
             m = cell or frame
             where = m.group("cell") or m.group("input") if cell else m.group("path")

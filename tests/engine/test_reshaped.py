@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudoctor.engine.columns import decolumn
+from gpudoctor.engine.columns import as_printed
 from gpudoctor.engine.diagnose import diagnose
 from gpudoctor.engine.patterns import crlf_tolerant
 from gpudoctor.engine.prefix import parse_prefix
@@ -32,18 +32,18 @@ def catalog():
                                     "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "3: ", "> "])
 def test_a_collectors_column_is_cut_and_the_indentation_kept(column):
     text = "\n".join(column + line for line in TRACEBACK) + "\n"
-    assert decolumn(text) == "\n".join(TRACEBACK) + "\n"
+    assert as_printed(text) == "\n".join(TRACEBACK) + "\n"
 
 
 def test_a_log_whose_lines_mostly_carry_no_column_is_left_alone():
     text = "\n".join(TRACEBACK + ["2024-05-01T12:34:56Z one timestamped line", "plain"]) + "\n"
-    assert decolumn(text) is text
-    assert decolumn("2024-05-01T12:34:56Z alone") == "2024-05-01T12:34:56Z alone"  # one line is no column
+    assert as_printed(text) is text
+    assert as_printed("2024-05-01T12:34:56Z alone") == "2024-05-01T12:34:56Z alone"  # one line is no column
 
 
 def test_colour_codes_are_cut_and_lines_stay_in_place():
     text = "\x1b[31mRuntimeError\x1b[0m: boom\n\x1b[1;33mWARNING\x1b[0m x\n"
-    assert decolumn(text) == "RuntimeError: boom\nWARNING x\n"
+    assert as_printed(text) == "RuntimeError: boom\nWARNING x\n"
 
 
 def test_a_timestamp_prefix_leaves_a_tracebacks_indentation():
@@ -146,7 +146,8 @@ RuntimeError: NCCL error in: ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandl
 @pytest.mark.parametrize("lines, want", [
     (IPYTHON8, ("ProcessRaisedException", [("Cell In[4]", 3, "<module>"), ("launchers.py", 186, "notebook_launcher"),
                                           ("spawn.py", 160, "ProcessContext.join")])),
-    (IPYTHON7, ("RuntimeError", [("<ipython-input-4-0c1d1c6f7e9b>", 2, "<module>"), ("distributed.py", 447, "__init__")])),
+    (IPYTHON7, ("RuntimeError", [("<ipython-input-4-0c1d1c6f7e9b>", 2, "<module>"),
+                                 ("distributed.py", 447, "__init__")])),
 ])
 def test_an_ipython_traceback_is_read_as_python_prints_it(lines, want):
     from gpudoctor.engine.tbforms import plain_tracebacks
