@@ -24,10 +24,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tempfile
-from pathlib import Path
 
-from wrapped_accuracy import LOGS, copy_with, evaluate
+from wrapped_accuracy import measure
 
 _COLOURED = re.compile(r"\b(ERROR|WARN(?:ING)?|INFO|FATAL|[A-Z]\w*Error)\b")
 
@@ -64,44 +62,14 @@ def _boxed(pre: str, content: list[str]) -> list[str]:
     return out
 
 
-def _rich(text: str) -> str:
-    """Each Python traceback as rich.traceback prints it (HF accelerate/transformers, typer and Lightning CLIs):
-    a box of "path:line in function" frames with the failing source line under a ❱, the exception line below it."""
-    lines, out, i = text.split("\n"), [], 0
+def _walk(text: str):
+    """The text's lines, with each Python traceback's header and frames replaced by one item: (the prefix its
+    lines carry, [(frame match, source line)], the line after them, which names the exception)."""
+    lines, i = text.split("\n"), 0
     while i < len(lines):
         head = _TB_HEAD.match(lines[i])
         if head is None:
-            out.append(lines[i])
-            i += 1
-            continue
-        pre, content, i = head.group("pre"), [], i + 1
-        while i < len(lines):
-            frame = _TB_FRAME.match(lines[i])
-            if frame is None or frame.group("pre") != pre:
-                break
-            content.append(f"{frame.group('path')}:{frame.group('line')} in {frame.group('fn')}")
-            content.append("")
-            i += 1
-            if i < len(lines) and lines[i].startswith(pre + "    ") and not _TB_FRAME.match(lines[i]):
-                content.insert(-1, f"❱ {frame.group('line'):>4} │ {lines[i][len(pre):].strip()}")
-                i += 1
-                while i < len(lines) and set(lines[i][len(pre):].strip()) <= set("^~ ") and lines[i].strip():
-                    i += 1  # Python 3.11's ^^^^ markers: rich shows none
-        out.extend(_boxed(pre, content[:-1] if content else content))
-    return "\n".join(out)
-
-
-_EXC = re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\b")
-
-
-def _ipython(text: str) -> str:
-    """Each Python traceback as IPython 8 prints it in Jupyter (accelerate's notebook_launcher): the exception type
-    in the header, "File path:line, in fn(...)" frames, the source line under a "-->" arrow."""
-    lines, out, i = text.split("\n"), [], 0
-    while i < len(lines):
-        head = _TB_HEAD.match(lines[i])
-        if head is None:
-            out.append(lines[i])
+            yield lines[i]
             i += 1
             continue
         pre, frames, i = head.group("pre"), [], i + 1
@@ -113,9 +81,42 @@ def _ipython(text: str) -> str:
             if i < len(lines) and lines[i].startswith(pre + "    ") and not _TB_FRAME.match(lines[i]):
                 code, i = lines[i][len(pre):].strip(), i + 1
                 while i < len(lines) and set(lines[i][len(pre):].strip()) <= set("^~ ") and lines[i].strip():
-                    i += 1
+                    i += 1  # Python 3.11's ^^^^ markers: neither rich nor IPython shows them
             frames.append((frame, code))
-        exc = _EXC.match(lines[i][len(pre):]) if i < len(lines) else None
+        yield pre, frames, lines[i][len(pre):] if i < len(lines) else ""
+
+
+def _rich(text: str) -> str:
+    """Each Python traceback as rich.traceback prints it (HF accelerate/transformers, typer and Lightning CLIs):
+    a box of "path:line in function" frames with the failing source line under a ❱, the exception line below it."""
+    out = []
+    for item in _walk(text):
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        pre, frames, _after = item
+        content = []
+        for frame, code in frames:
+            content.append(f"{frame.group('path')}:{frame.group('line')} in {frame.group('fn')}")
+            content.extend([f"❱ {frame.group('line'):>4} │ {code}"] if code else [])
+            content.append("")
+        out.extend(_boxed(pre, content[:-1]))
+    return "\n".join(out)
+
+
+_EXC = re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\b")
+
+
+def _ipython(text: str) -> str:
+    """Each Python traceback as IPython 8 prints it in Jupyter (accelerate's notebook_launcher): the exception type
+    in the header, "File path:line, in fn(...)" frames, the source line under a "-->" arrow."""
+    out = []
+    for item in _walk(text):
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        pre, frames, after = item
+        exc = _EXC.match(after)
         out.append(pre + "-" * 75)
         out.append(f"{pre}{exc.group('type') if exc else 'Exception':<42}Traceback (most recent call last)")
         for frame, code in frames:
@@ -147,21 +148,8 @@ RESHAPES = {
 def run(verbose: bool = False, only: str | None = None) -> dict[str, tuple[float, int]]:
     from gpudoctor.kb.catalog import load_catalog
 
-    catalog = load_catalog(use_cache=False)
-    base, n, base_alarms, base_missed = evaluate(LOGS, catalog)
-    figures = {"as written": (base, base_alarms)}
-    print(f"{'as written':<24} top-1 {base:.1%} of {n}, false alarms {base_alarms}")
-    for name, reshape in RESHAPES.items():
-        if only and only != name:
-            continue
-        with tempfile.TemporaryDirectory(prefix="gpudoctor-reshape-") as tmp:
-            top1, n, alarms, missed = evaluate(copy_with(reshape, Path(tmp)), catalog)
-        figures[name] = (top1, alarms)
-        print(f"{name:<24} top-1 {top1:.1%}, false alarms {alarms}, loss {100 * (base - top1):.1f} points")
-        if verbose:
-            for line in sorted(set(missed) - set(base_missed)):
-                print("  LOST", line)
-    return figures
+    variants = {name: reshape for name, reshape in RESHAPES.items() if not only or only == name}
+    return measure(load_catalog(use_cache=False), variants, verbose)
 
 
 def main() -> int:
