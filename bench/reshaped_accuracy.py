@@ -86,44 +86,43 @@ def _walk(text: str):
         yield pre, frames, lines[i][len(pre):] if i < len(lines) else ""
 
 
-def _rich(text: str) -> str:
-    """Each Python traceback as rich.traceback prints it (HF accelerate/transformers, typer and Lightning CLIs):
-    a box of "path:line in function" frames with the failing source line under a ❱, the exception line below it."""
-    out = []
-    for item in _walk(text):
-        if isinstance(item, str):
-            out.append(item)
-            continue
-        pre, frames, _after = item
-        content = []
-        for frame, code in frames:
-            content.append(f"{frame.group('path')}:{frame.group('line')} in {frame.group('fn')}")
-            content.extend([f"❱ {frame.group('line'):>4} │ {code}"] if code else [])
-            content.append("")
-        out.extend(_boxed(pre, content[:-1]))
-    return "\n".join(out)
+def _each_traceback(render):
+    """A reshaping that writes each Python traceback with render(prefix, frames, exception line) -> lines."""
+    def reshape(text: str) -> str:
+        out = []
+        for item in _walk(text):
+            out.extend([item] if isinstance(item, str) else render(*item))
+        return "\n".join(out)
+    return reshape
+
+
+def _rich_box(pre: str, frames: list, _after: str) -> list[str]:
+    """rich.traceback's form (HF accelerate/transformers, typer and Lightning CLIs): a box of "path:line in function"
+    frames with the failing source line under a ❱; the exception line stays below it."""
+    content = []
+    for frame, code in frames:
+        content.append(f"{frame.group('path')}:{frame.group('line')} in {frame.group('fn')}")
+        content.extend([f"❱ {frame.group('line'):>4} │ {code}"] if code else [])
+        content.append("")
+    return _boxed(pre, content[:-1])
 
 
 _EXC = re.compile(r"(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit))\b")
 
 
-def _ipython(text: str) -> str:
-    """Each Python traceback as IPython 8 prints it in Jupyter (accelerate's notebook_launcher): the exception type
-    in the header, "File path:line, in fn(...)" frames, the source line under a "-->" arrow."""
-    out = []
-    for item in _walk(text):
-        if isinstance(item, str):
-            out.append(item)
-            continue
-        pre, frames, after = item
-        exc = _EXC.match(after)
-        out.append(pre + "-" * 75)
-        out.append(f"{pre}{exc.group('type') if exc else 'Exception':<42}Traceback (most recent call last)")
-        for frame, code in frames:
-            out.append(f"{pre}File {frame.group('path')}:{frame.group('line')}, in {frame.group('fn')}(self)")
-            out.append(f"{pre}--> {frame.group('line'):>4} {code}")
-            out.append(pre)
-    return "\n".join(out)
+def _ipython_frames(pre: str, frames: list, after: str) -> list[str]:
+    """IPython 8's form in Jupyter (accelerate's notebook_launcher): the exception type in the header,
+    "File path:line, in fn(...)" frames, the source line under a "-->" arrow."""
+    exc = _EXC.match(after)
+    out = [pre + "-" * 75, f"{pre}{exc.group('type') if exc else 'Exception':<42}Traceback (most recent call last)"]
+    for frame, code in frames:
+        out += [f"{pre}File {frame.group('path')}:{frame.group('line')}, in {frame.group('fn')}(self)",
+                f"{pre}--> {frame.group('line'):>4} {code}", pre]
+    return out
+
+
+_rich = _each_traceback(_rich_box)
+_ipython = _each_traceback(_ipython_frames)
 
 
 def _prefix(head: str):
