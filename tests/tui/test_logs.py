@@ -91,7 +91,22 @@ async def test_log_text_is_sanitised(make, tmp_path):
         assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c == "\u202e" for c in text)
 
 
-async def test_a_long_diagnosis_shows_progress_and_can_be_cancelled(make, tmp_path):
+async def test_a_long_diagnosis_shows_progress_and_can_be_cancelled(make, tmp_path, monkeypatch):
+    # the diagnosis runs at a slow disk's pace (a pause after each block it reports): on a fast machine it could
+    # otherwise finish before the key press arrives, and there would be nothing left to cancel
+    import time
+
+    import gpudoctor.engine.diagnose as engine
+
+    real = engine.diagnose
+
+    def paced(catalog, sources, progress=None, **kwargs):
+        def slowly(n):
+            progress(n)
+            time.sleep(0.05)
+        return real(catalog, sources, progress=slowly if progress else None, **kwargs)
+
+    monkeypatch.setattr(engine, "diagnose", paced)
     path = tmp_path / "big.log"
     line = b"[rank0]: step 12 | loss 0.25 | lr 1e-4 | tokens/s 12345 | nothing to see here at all\n"
     with open(path, "wb") as fh:
