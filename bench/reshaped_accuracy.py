@@ -12,6 +12,7 @@ Each reshaping keeps every line (so evidence line numbers stay) and is one that 
   docker compose         trainer-1  | <line>
   Ray worker             (RayTrainWorker pid=4242) <line>
   quoted in a reply      > <line>
+  indentation lost       <line> without its leading blanks (a traceback copied from a rendered web page)
   rich tracebacks        each traceback in rich's box: "│ path.py:12 in fn │", "│ ❱   12 │ code │"
   IPython (Jupyter)      "RuntimeError   Traceback (most recent call last)", "File x.py:12, in fn(self)", "--> 12 code"
   CRLF                   <line>\\r\\n
@@ -137,6 +138,7 @@ RESHAPES = {
     "docker compose": _prefix("trainer-1  | "),
     "Ray worker": _prefix("(RayTrainWorker pid=4242) "),
     "quoted in a reply": _prefix("> "),
+    "indentation lost": lambda text: "\n".join(line.lstrip(" \t") for line in text.split("\n")),
     "rich tracebacks": _rich,
     "IPython (Jupyter)": _ipython,
     "CRLF": lambda text: text.replace("\r\n", "\n").replace("\n", "\r\n"),

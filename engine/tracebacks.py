@@ -114,10 +114,21 @@ def _indent(text: str) -> int:
     return len(text) - len(text.lstrip(" \t"))
 
 
+_RAISED_NAME = _lazy(r"(?:Error|Exception|Interrupt|Exit|Warning|Failure|Fault)$|\.")
+
+
+def _looks_raised(text: str) -> bool:
+    """Whether a line reads like the exception a traceback ends with ("RuntimeError: x", "KeyboardInterrupt",
+    "torch.OutOfMemoryError"), not a source line ("main()", "loss.backward()")."""
+    m = _EXC_LINE.match(text)
+    return m is not None and (m.group(2) is not None or _RAISED_NAME.search(m.group(1)) is not None)
+
+
 def _parse_one(parsed: Sequence[LinePrefix], h: int, sig: tuple, link: str | None) -> tuple[RaisedException, int]:
     base = _indent(parsed[h].body)
     frames: list[list] = []
     exc_type, message = "", ""
+    after_frame = flat = False  # the last line of ours read was a frame line; frames stand at the header's indent
     i, n = h + 1, min(len(parsed), h + 1 + _MAX_TRACEBACK_LINES)
     while i < n:
         p = parsed[i]
@@ -131,11 +142,16 @@ def _parse_one(parsed: Sequence[LinePrefix], h: int, sig: tuple, link: str | Non
         m = _FRAME.match(body)
         if m:
             frames.append([m.group(1), int(m.group(2)), m.group(3), None])
+            after_frame, flat = True, _indent(body) <= base
             i += 1
             continue
         if _TB_HEADER.match(body):
             break  # a new traceback started before this one printed its exception
-        if _indent(body) > base:
+        # a paste that lost its indentation (copied from a rendered page): the line right under a frame is that
+        # frame's source unless it reads like a raised exception
+        flat_source = after_frame and flat and _indent(body) <= base and not _looks_raised(body.strip())
+        after_frame = False
+        if _indent(body) > base or flat_source or (frames and _CARETS.match(body)):
             if frames and frames[-1][3] is None and not _CARETS.match(body) and "[Previous line repeated" not in body:
                 frames[-1][3] = body.strip()
             i += 1

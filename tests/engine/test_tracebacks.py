@@ -205,3 +205,20 @@ def test_parse_tracebacks_never_raises(lines: list[str]) -> None:
         assert tb.chain and tb.chain[-1].exc_type == tb.exc_type
     for line in lines:
         is_user_path(line)
+
+
+def test_a_traceback_that_lost_its_indentation_keeps_each_frames_source():
+    """Copied from a rendered web page, a traceback's lines all start at the left: the line under a frame is still
+    that frame's source unless it reads like the exception ("main()" is code; "StopIteration" is raised)."""
+    flat = ['Traceback (most recent call last):', 'File "/work/train.py", line 52, in <module>', 'main()', '^^^^^^',
+            'File "/work/train.py", line 40, in main', 'next(it)', 'StopIteration']
+    tb = parse_traceback(flat)
+    assert (tb.exc_type, tb.message) == ("StopIteration", "")
+    assert [(f.function, f.source) for f in tb.frames] == [("<module>", "main()"), ("main", "next(it)")]
+    # indented as Python prints it, a bare exception name right under a frame is the exception
+    tb = parse_traceback(['Traceback (most recent call last):', '  File "/work/train.py", line 52, in prefetch',
+                          'StopIteration'])
+    assert (tb.exc_type, [f.source for f in tb.frames]) == ("StopIteration", [None])
+    tb = parse_traceback(['Traceback (most recent call last):', 'File "/work/x.py", line 3, in f',
+                          'torch.OutOfMemoryError: CUDA out of memory.'])
+    assert (tb.exc_type, [f.source for f in tb.frames]) == ("torch.OutOfMemoryError", [None])
