@@ -265,8 +265,10 @@ def _evidence(out: Out, e, single_input: bool, width: int) -> None:
         for i, ln in enumerate(_wrap(word + " ".join(sanitize(e.text).split()), width - 14)[:3]):
             out.write(" " * (6 if i == 0 else 13) + out.style(ln, "dim"))
         return
+    from gpudoctor.engine.columns import shown
+
     loc = _where(e, single_input)
-    text = " ".join(sanitize(e.text).split())
+    text = " ".join(sanitize(shown(e.text)).split())
     room = max(20, width - 4 - len(loc) - 2)
     parts = textwrap.wrap(text, room, break_on_hyphens=False) or [""]
     out.write("    " + out.style(loc, "dim") + "  " + parts[0])

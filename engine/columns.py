@@ -14,14 +14,16 @@ import re
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 
 _ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
-_COLUMNS = (
-    _lazy(rf"^{_ISO} (?:stdout|stderr) [FP] ", re.MULTILINE),  # containerd / CRI-O file: time stream tag
-    _lazy(rf"^{_ISO} ", re.MULTILINE),  # kubectl logs --timestamps, docker logs -t
-    _lazy(r"^[A-Za-z][\w.-]{0,100}[-_]\d{1,4} {1,40}\| ?", re.MULTILINE),  # docker compose: "trainer-1  | "
-    _lazy(r"^\([A-Za-z_][\w.-]{0,100} (?:\w{1,20}=[^\s,()]{1,100},? ?){1,6}\) ", re.MULTILINE),  # Ray
-    _lazy(r"^ {0,8}\d{1,7}: ", re.MULTILINE),  # srun --label
-    _lazy(r"^(?:> ?)+", re.MULTILINE),  # a log quoted in a reply (Markdown, e-mail): "> [rank1]: ..."
-)
+_COLUMNS = {
+    "containerd": _lazy(rf"^{_ISO} (?:stdout|stderr) [FP] ", re.MULTILINE),  # containerd / CRI-O file
+    "kubectl": _lazy(rf"^{_ISO} ", re.MULTILINE),  # kubectl logs --timestamps, docker logs -t
+    "compose": _lazy(r"^[A-Za-z][\w.-]{0,100}[-_]\d{1,4} {1,40}\| ?", re.MULTILINE),  # "trainer-1  | "
+    "ray": _lazy(r"^\([A-Za-z_][\w.-]{0,100} (?:\w{1,20}=[^\s,()]{1,100},? ?){1,6}\) ", re.MULTILINE),
+    "srun": _lazy(r"^ {0,8}\d{1,7}: ", re.MULTILINE),  # srun --label
+    "quote": _lazy(r"^(?:> ?)+", re.MULTILINE),  # a log quoted in a reply (Markdown, e-mail): "> [rank1]: ..."
+}
+# columns that say nothing about the run, left out where a line is shown (Ray's worker and srun's task id are kept)
+_UNSAID = ("containerd", "kubectl", "compose", "quote")
 _CSI = _lazy(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal colour or cursor code
 SAMPLE_LINES = 40  # non-empty lines looked at from the top
 SHARE = 0.8  # of which this many must carry the column
@@ -35,7 +37,7 @@ def as_printed(text: str) -> str:
         text = _CSI.sub("", text)
     head = text[: 1 << 15]
     sample = [line for line in head.split("\n")[: SAMPLE_LINES * 4] if line.strip()][:SAMPLE_LINES]
-    for column in _COLUMNS if len(sample) >= 2 else ():
+    for column in _COLUMNS.values() if len(sample) >= 2 else ():
         if sum(1 for line in sample if column.match(line)) >= SHARE * len(sample):
             text = column.sub("", text)
             break
@@ -45,3 +47,15 @@ def as_printed(text: str) -> str:
         if has_foreign(text):
             text = "\n".join(plain_tracebacks(text.split("\n")))
     return text
+
+
+def shown(line: str) -> str:
+    """A log line as evidence shows it: without a leading collector column that says nothing about the run (a
+    kubectl or containerd timestamp, docker compose's service column, a reply's quote marks)."""
+    if line[:1] not in "0123456789>" and " | " not in line[:110]:
+        return line
+    for name in _UNSAID:
+        m = _COLUMNS[name].match(line)
+        if m is not None and m.end() < len(line):
+            return line[m.end():]
+    return line

@@ -20,6 +20,17 @@ def test_stdin_pipe_names_the_cause(cli_proc):
     assert "Traceback" not in r.err
 
 
+def test_a_collectors_timestamp_is_left_out_of_shown_evidence_and_kept_in_json(cli_proc):
+    stamp = b"2024-05-01T12:34:56.123456789Z "
+    log = stamp + b"starting\n" + stamp + PORT
+    r = cli_proc("diagnose", "-", input=log)
+    assert r.code == 0 and "D4" in r.out
+    evidence = next(line for line in r.out.splitlines() if "line 2" in line)
+    assert "2024-05-01T12" not in evidence and "DistNetworkError" in evidence  # 31 columns of 80 spared
+    doc = json.loads(cli_proc("diagnose", "-", "--json", input=log).out)
+    assert doc["findings"][0]["evidence"][0]["text"].startswith("2024-05-01T12:34:56")  # the line as it is
+
+
 def test_dash_reads_stdin_and_json_follows_the_schema(cli_proc):
     r = cli_proc("diagnose", "-", "--json", input=PORT)
     assert r.code == 0

@@ -178,3 +178,18 @@ def test_every_reshaping_of_the_accuracy_set_loses_at_most_two_points_and_adds_n
     assert len(figures) == 12
     for name, (top1, alarms) in figures.items():
         assert base - top1 <= 0.02 and alarms <= base_alarms, (name, top1, base, alarms)
+
+
+@pytest.mark.parametrize("line, want", [
+    ("2024-05-01T12:34:56.123456789Z [rank0]: RuntimeError: x", "[rank0]: RuntimeError: x"),
+    ("2024-05-01T12:34:56.1Z stderr F RuntimeError: x", "RuntimeError: x"),
+    ("trainer-1  | RuntimeError: x", "RuntimeError: x"),
+    ("> > RuntimeError: x", "RuntimeError: x"),
+    ("3: RuntimeError: x", "3: RuntimeError: x"),  # srun's task id says which process: kept
+    ("(RayTrainWorker pid=42) RuntimeError: x", "(RayTrainWorker pid=42) RuntimeError: x"),
+    ("2024-05-01T12:34:56Z", "2024-05-01T12:34:56Z"),  # nothing after it: the line stays whole
+])
+def test_shown_evidence_leaves_out_a_column_that_says_nothing_about_the_run(line, want):
+    from gpudoctor.engine.columns import shown
+
+    assert shown(line) == want
