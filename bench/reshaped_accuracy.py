@@ -10,6 +10,7 @@ Each reshaping keeps every line (so evidence line numbers stay) and is one that 
   srun --label           3: <line>
   torchrun --tee 3       [default3]:<line> (the rank a [rank3] on the line names, else 0)
   docker compose         trainer-1  | <line>
+  pdsh (deepspeed)       worker-1: <line>
   Ray worker             (RayTrainWorker pid=4242) <line>
   quoted in a reply      > <line>
   indentation lost       <line> without its leading blanks (a traceback copied from a rendered web page)
@@ -136,6 +137,7 @@ RESHAPES = {
     "srun --label": _prefix("3: "),
     "torchrun --tee 3": _tee,
     "docker compose": _prefix("trainer-1  | "),
+    "pdsh (deepspeed)": _prefix("worker-1: "),
     "Ray worker": _prefix("(RayTrainWorker pid=4242) "),
     "quoted in a reply": _prefix("> "),
     "indentation lost": lambda text: "\n".join(line.lstrip(" \t") for line in text.split("\n")),

@@ -3,7 +3,7 @@ rules which read where a line starts or how far it is indented (tracebacks, stac
 the program's own output.
 
 Taken off: a collector's column before every line (kubectl logs --timestamps, a containerd (CRI) log file,
-docker compose, Ray's worker prefix, srun --label, the quote marks of a log quoted in a reply), each after
+docker compose, Ray's worker prefix, srun --label, pdsh's host, the quote marks of a log quoted in a reply), each after
 exactly one separator so that indentation survives; terminal colour codes; and other printers' tracebacks
 (rich, IPython) are rewritten in Python's form. Every line stays in place, so line numbers hold.
 """
@@ -20,6 +20,8 @@ _COLUMNS = {
     "compose": _lazy(r"^[A-Za-z][\w.-]{0,100}[-_]\d{1,4} {1,40}\| ?", re.MULTILINE),  # "trainer-1  | "
     "ray": _lazy(r"^\([A-Za-z_][\w.-]{0,100} (?:\w{1,20}=[^\s,()]{1,100},? ?){1,6}\) ", re.MULTILINE),
     "srun": _lazy(r"^ {0,8}\d{1,7}: ", re.MULTILINE),  # srun --label
+    # pdsh (the deepspeed runner's multi-node launch): "worker-1: ", "10.0.0.2: " (a digit and a dot or dash)
+    "pdsh": _lazy(r"^(?=[\w.-]*\d)(?=[\w.-]*[.-])[A-Za-z0-9][\w.-]{0,252}: ", re.MULTILINE),
     "quote": _lazy(r"^(?:> ?)+", re.MULTILINE),  # a log quoted in a reply (Markdown, e-mail): "> [rank1]: ..."
 }
 # columns that say nothing about the run, left out where a line is shown (Ray's worker and srun's task id are kept)

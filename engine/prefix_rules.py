@@ -199,6 +199,10 @@ def _h_stream_name(m: re.Match[str], acc: Acc) -> None:
     _first(acc, "stream", m.group(2))
 
 
+def _h_pdsh(m: re.Match[str], acc: Acc) -> None:
+    _first(acc, "host", m.group(1))
+
+
 def _h_compose(m: re.Match[str], acc: Acc) -> None:
     _first(acc, "source", m.group(1))
 
@@ -322,6 +326,10 @@ STRONG: tuple[Rule, ...] = (
     Rule("nccl", _rx(_NCCL), _h_nccl, _LETTERS + _DIGITS),
     # a log quoted in a reply (Markdown, e-mail), outermost: "> [rank1]: RuntimeError ..."
     Rule("quote", _rx(r"(?:> ?){1,8}(?=\S)"), _h_nothing, ">", outer_only=True),
+    # pdsh (the deepspeed runner's multi-node launch, mpirun wrappers): "worker-1: ", "10.0.0.2: " before every line
+    # of that host; a name with a digit and a dot or dash, so that "step1: " or "RuntimeError: " is not one
+    Rule("pdsh", _rx(r"((?=[\w.-]*\d)(?=[\w.-]*[.-])[A-Za-z0-9][\w.-]{0,252}): (?=\S)"), _h_pdsh,
+         _LETTERS + _DIGITS, outer_only=True),
     # docker compose's service column, outermost: "trainer-1  | " (v2), "trainer_1  | " (v1), padded to the longest name
     Rule("compose", _rx(r"([A-Za-z][\w.-]{0,100}[-_]\d{1,4}) {1,40}\| "), _h_compose, _LETTERS, outer_only=True),
     Rule(

@@ -29,7 +29,7 @@ def catalog():
 
 @pytest.mark.parametrize("column", ["2024-05-01T12:34:56.123456789Z ", "2024-05-01T12:34:56.123Z stderr F ",
                                     "trainer-1  | ", "trainer_1    | ", "(RayTrainWorker pid=4242) ",
-                                    "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "3: ", "> "])
+                                    "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "3: ", "> ", "worker-1: ", "10.0.0.2: "])
 def test_a_collectors_column_is_cut_and_the_indentation_kept(column):
     text = "\n".join(column + line for line in TRACEBACK) + "\n"
     assert as_printed(text) == "\n".join(TRACEBACK) + "\n"
@@ -51,6 +51,14 @@ def test_a_timestamp_prefix_leaves_a_tracebacks_indentation():
     assert head.timestamp and head.body == '  File "train.py", line 12, in <module>'
     compose = parse_prefix("trainer-1  | [rank1]: RuntimeError: boom")
     assert (compose.source, compose.rank, compose.body) == ("trainer-1", 1, "RuntimeError: boom")
+
+
+def test_pdshs_host_column_is_a_line_prefix_and_a_step_label_is_not():
+    head = parse_prefix("worker-1: [rank3]: RuntimeError: boom")
+    assert (head.host, head.rank, head.body) == ("worker-1", 3, "RuntimeError: boom")
+    assert parse_prefix("10.0.0.2: Traceback (most recent call last):").body == "Traceback (most recent call last):"
+    for line in ("step1: loss 3.2", "RuntimeError: boom", "rank0: done", "cuda:0: ok"):
+        assert parse_prefix(line).body == line, line
 
 
 def test_an_end_of_line_anchor_also_takes_a_carriage_return():
@@ -175,7 +183,7 @@ def _bench():
 def test_every_reshaping_of_the_accuracy_set_loses_at_most_two_points_and_adds_no_alarm(capsys):
     figures = _bench().run()
     base, base_alarms = figures.pop("as written")
-    assert len(figures) == 12
+    assert len(figures) == 13
     for name, (top1, alarms) in figures.items():
         assert base - top1 <= 0.02 and alarms <= base_alarms, (name, top1, base, alarms)
 
