@@ -12,6 +12,8 @@ Each reshaping keeps every line (so evidence line numbers stay) and is one that 
   docker compose         trainer-1  | <line>
   pdsh (deepspeed)       worker-1: <line>
   Ray worker             (RayTrainWorker pid=4242) <line>
+  kubectl --prefix       [pod/trainer-worker-0/pytorch] <line>
+  SageMaker MPI          [1,mpirank:3,algo-1]<stderr>:<line> (the rank as for --tee)
   quoted in a reply      > <line>
   indentation lost       <line> without its leading blanks (a traceback copied from a rendered web page)
   rich tracebacks        each traceback in rich's box: "│ path.py:12 in fn │", "│ ❱   12 │ code │"
@@ -35,12 +37,15 @@ _COLOURED = re.compile(r"\b(ERROR|WARN(?:ING)?|INFO|FATAL|[A-Z]\w*Error)\b")
 _RANK = re.compile(r"\[rank(\d+)\]")
 
 
-def _tee(text: str) -> str:
-    """torchrun --tee 3: each line under its process's [defaultN]: (N from a [rankN] on the line, else 0)."""
-    def one(line: str) -> str:
-        m = _RANK.search(line)
-        return f"[default{m.group(1) if m else 0}]:{line}" if line else line
-    return "\n".join(one(line) for line in text.split("\n"))
+def _ranked(template: str):
+    """A per-process prefix before each line: template formatted with the rank a [rankN] on the line names, else 0
+    (torchrun --tee's [default3]:, SageMaker's [1,mpirank:3,algo-1]<stderr>:)."""
+    def reshape(text: str) -> str:
+        def one(line: str) -> str:
+            m = _RANK.search(line)
+            return template.format(m.group(1) if m else 0) + line if line else line
+        return "\n".join(one(line) for line in text.split("\n"))
+    return reshape
 
 
 _TB_HEAD = re.compile(r"^(?P<pre>.*?)Traceback \(most recent call last\):\s*$")
@@ -135,10 +140,12 @@ RESHAPES = {
     "kubectl --timestamps": _prefix("2024-05-01T12:34:56.123456789Z "),
     "containerd (CRI) file": _prefix("2024-05-01T12:34:56.123456789Z stderr F "),
     "srun --label": _prefix("3: "),
-    "torchrun --tee 3": _tee,
+    "torchrun --tee 3": _ranked("[default{}]:"),
     "docker compose": _prefix("trainer-1  | "),
     "pdsh (deepspeed)": _prefix("worker-1: "),
     "Ray worker": _prefix("(RayTrainWorker pid=4242) "),
+    "kubectl --prefix": _prefix("[pod/trainer-worker-0/pytorch] "),
+    "SageMaker MPI": _ranked("[1,mpirank:{},algo-1]<stderr>:"),
     "quoted in a reply": _prefix("> "),
     "indentation lost": lambda text: "\n".join(line.lstrip(" \t") for line in text.split("\n")),
     "rich tracebacks": _rich,

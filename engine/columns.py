@@ -2,10 +2,11 @@
 rules which read where a line starts or how far it is indented (tracebacks, stack dumps, progress bars) read
 the program's own output.
 
-Taken off: a collector's column before every line (kubectl logs --timestamps, a containerd (CRI) log file,
-docker compose, Ray's worker prefix, srun --label, pdsh's host, the quote marks of a log quoted in a reply), each after
-exactly one separator so that indentation survives; terminal colour codes; and other printers' tracebacks
-(rich, IPython) are rewritten in Python's form. Every line stays in place, so line numbers hold.
+Taken off: a collector's column before every line (kubectl logs --timestamps or --prefix, a containerd (CRI) log
+file, docker compose, Ray's worker prefix, srun --label, pdsh's host, SageMaker's MPI rank, the quote marks of a
+log quoted in a reply), each after exactly one separator so that indentation survives; terminal colour codes;
+and other printers' tracebacks (rich, IPython) are rewritten in Python's form. Every line stays in place, so
+line numbers hold.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ _COLUMNS = {
     "srun": _lazy(r"^ {0,8}\d{1,7}: ", re.MULTILINE),  # srun --label
     # pdsh (the deepspeed runner's multi-node launch): "worker-1: ", "10.0.0.2: " (a digit and a dot or dash)
     "pdsh": _lazy(r"^(?=[\w.-]*\d)(?=[\w.-]*[.-])[A-Za-z0-9][\w.-]{0,252}: ", re.MULTILINE),
+    "pod": _lazy(r"^\[pod/[\w.-]{1,253}/[\w.-]{1,63}\] ?", re.MULTILINE),  # kubectl logs --prefix
+    "sagemaker": _lazy(r"^\[\d{1,7},mpirank:\d{1,7},[\w.-]{1,100}\]<std(?:out|err|diag)>:", re.MULTILINE),
     "quote": _lazy(r"^(?:> ?)+", re.MULTILINE),  # a log quoted in a reply (Markdown, e-mail): "> [rank1]: ..."
 }
 # columns that say nothing about the run, left out where a line is shown (Ray's worker and srun's task id are kept)

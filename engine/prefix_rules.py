@@ -68,6 +68,17 @@ def _h_mpi(m: re.Match[str], acc: Acc) -> None:
     _first(acc, "stream", m.group(3))
 
 
+def _h_sagemaker(m: re.Match[str], acc: Acc) -> None:
+    _first(acc, "rank", int(m.group(1)))
+    _first(acc, "host", m.group(2))
+    _first(acc, "stream", m.group(3))
+
+
+def _h_pod(m: re.Match[str], acc: Acc) -> None:
+    _first(acc, "host", m.group(1))
+    _first(acc, "source", m.group(2))
+
+
 def _h_slurm(m: re.Match[str], acc: Acc) -> None:
     _first(acc, "task", int(m.group(1)))
 
@@ -244,6 +255,10 @@ STRONG: tuple[Rule, ...] = (
     # the lookahead rejects "[E1122 ..." before the lazy role/number split starts backtracking
     Rule("tee", _rx(r"\[(?=[\w|-]{1,80}\]:)([A-Za-z_][\w-]{0,63}?)(\d{1,7})(?:\|\d{1,7})?\]:"), _h_role, "["),
     Rule("mpi", _rx(r"\[(\d{1,7}),(\d{1,7})\]<(stdout|stderr|stddiag)>:"), _h_mpi, "["),
+    # SageMaker's MPI launch: "[1,mpirank:3,algo-2]<stderr>:" (the rank, then the host)
+    Rule("mpi", _rx(r"\[\d{1,7},mpirank:(\d{1,7}),([\w.-]{1,100})\]<(stdout|stderr|stddiag)>:"), _h_sagemaker, "["),
+    # kubectl logs --prefix: "[pod/trainer-worker-0/pytorch] "
+    Rule("pod", _rx(r"\[pod/([\w.-]{1,253})/([\w.-]{1,63})\] ?"), _h_pod, "[", outer_only=True),
     # torchrun's log_line_prefix_template="[${rank}]:"; never the bare "[0]:" of a failure summary
     Rule("rank", _rx(r"\[(\d{1,7})\]:(?=\S)"), _h_rank, "["),
     Rule("iso_bracket", _rx(r"\[(" + ISO + r")\](?:\s+|$)"), _h_iso, "["),

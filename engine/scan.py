@@ -28,8 +28,9 @@ RANK_TAIL_MAX = 64  # distinct rank prefixes kept per source
 # [Rank 3] that scripts put before their own prints. Led by the newline, so that re's literal-prefix search skips to
 # each "\n[" (9x faster over 256 KB than ^ with re.MULTILINE, which tries every position); a block's first line is
 # matched apart
-_RANK_AT = rb"\[(?:rank|Rank|RANK) ?\d{1,6}\]|\[\d{1,6},\d{1,6}\]<std(?:out|err)>|\[[A-Za-z_][\w-]{0,63}?\d{1,6}\]:"
-# a collector's column may stand before it (kubectl --timestamps, containerd, docker compose, Ray, srun --label):
+_RANK_AT = (rb"\[(?:rank|Rank|RANK) ?\d{1,6}\]|\[\d{1,6},(?:mpirank:)?\d{1,6}(?:,[\w.-]{1,100})?\]<std(?:out|err)>|"
+            rb"\[[A-Za-z_][\w-]{0,63}?\d{1,6}\]:")
+# a collector's column may stand before it (kubectl --timestamps, containerd, compose, Ray, srun --label, pdsh):
 # any run without "[" (possessive, so a line with no rank prefix costs one pass over its first 80 characters)
 _RANK_LINE = _lazy(rb"\n[^\n\[]{0,80}+(" + _RANK_AT + rb")")
 _RANK_FIRST = _lazy(rb"[^\n\[]{0,80}+(" + _RANK_AT + rb")")

@@ -29,7 +29,8 @@ def catalog():
 
 @pytest.mark.parametrize("column", ["2024-05-01T12:34:56.123456789Z ", "2024-05-01T12:34:56.123Z stderr F ",
                                     "trainer-1  | ", "trainer_1    | ", "(RayTrainWorker pid=4242) ",
-                                    "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "3: ", "> ", "worker-1: ", "10.0.0.2: "])
+                                    "(RayTrainWorker pid=4242, ip=10.0.0.3) ", "3: ", "> ", "worker-1: ", "10.0.0.2: ",
+                                    "[pod/trainer-worker-0/pytorch] ", "[1,mpirank:0,algo-1]<stderr>:"])
 def test_a_collectors_column_is_cut_and_the_indentation_kept(column):
     text = "\n".join(column + line for line in TRACEBACK) + "\n"
     assert as_printed(text) == "\n".join(TRACEBACK) + "\n"
@@ -59,6 +60,13 @@ def test_pdshs_host_column_is_a_line_prefix_and_a_step_label_is_not():
     assert parse_prefix("10.0.0.2: Traceback (most recent call last):").body == "Traceback (most recent call last):"
     for line in ("step1: loss 3.2", "RuntimeError: boom", "rank0: done", "cuda:0: ok"):
         assert parse_prefix(line).body == line, line
+
+
+def test_kubectl_prefix_and_sagemakers_mpi_column_are_line_prefixes():
+    pod = parse_prefix("[pod/trainer-worker-0/pytorch] [rank1]: RuntimeError: boom")
+    assert (pod.host, pod.source, pod.rank, pod.body) == ("trainer-worker-0", "pytorch", 1, "RuntimeError: boom")
+    mpi = parse_prefix("[1,mpirank:3,algo-2]<stderr>:Traceback (most recent call last):")
+    assert (mpi.rank, mpi.host, mpi.stream, mpi.body) == (3, "algo-2", "stderr", "Traceback (most recent call last):")
 
 
 def test_an_end_of_line_anchor_also_takes_a_carriage_return():
@@ -183,7 +191,7 @@ def _bench():
 def test_every_reshaping_of_the_accuracy_set_loses_at_most_two_points_and_adds_no_alarm(capsys):
     figures = _bench().run()
     base, base_alarms = figures.pop("as written")
-    assert len(figures) == 13
+    assert len(figures) == 15
     for name, (top1, alarms) in figures.items():
         assert base - top1 <= 0.02 and alarms <= base_alarms, (name, top1, base, alarms)
 
