@@ -107,9 +107,8 @@ class PatternSet:
                 if sig.derived:
                     continue  # computed from the whole log set, not matched line by line
                 # literals and case were worked out when the catalogue was loaded (and cached)
-                patterns.append(Pattern(
-                    len(patterns), entry.id, sig.id, crlf_tolerant(sig.pattern), sig.caseless, frozenset(sig.literals), sig,
-                ))
+                patterns.append(Pattern(len(patterns), entry.id, sig.id, crlf_tolerant(sig.pattern), sig.caseless,
+                                        frozenset(sig.literals), sig))
         return cls(patterns)
 
     def literal_table(self, indexes: Iterable[int] | None = None):

@@ -24,14 +24,14 @@ MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
 RANK_TAIL_BYTES = 256 << 10  # how far back from a block's end each rank's last line is looked for
 RANK_TAIL_MAX = 64  # distinct rank prefixes kept per source
-# a line that opens with a rank's prefix: torchrun's [rank3]: (2.2+), Open MPI's [1,3]<stderr>:, and the [rank3] /
-# [Rank 3] that scripts put before their own prints. Led by the newline, so that re's literal-prefix search skips to
-# each "\n[" (9x faster over 256 KB than ^ with re.MULTILINE, which tries every position); a block's first line is
-# matched apart
+# a line that opens with a rank's prefix: torchrun's [rank3]: (2.2+) and --tee's [default3]:, Open MPI's [1,3]<stderr>:
+# and SageMaker's [1,mpirank:3,algo-1]<stderr>:, and the [rank3] / [Rank 3] that scripts put before their own prints.
+# Led by the newline, so that re's literal-prefix search skips from line to line (9x faster over 256 KB than ^ with
+# re.MULTILINE, which tries every position); a block's first line is matched apart
 _RANK_AT = (rb"\[(?:rank|Rank|RANK) ?\d{1,6}\]|\[\d{1,6},(?:mpirank:)?\d{1,6}(?:,[\w.-]{1,100})?\]<std(?:out|err)>|"
             rb"\[[A-Za-z_][\w-]{0,63}?\d{1,6}\]:")
-# a collector's column may stand before it (kubectl --timestamps, containerd, compose, Ray, srun --label, pdsh):
-# any run without "[" (possessive, so a line with no rank prefix costs one pass over its first 80 characters)
+# a collector's column may stand before it (kubectl --timestamps, containerd, compose, Ray, srun --label, pdsh): any
+# run without "[" (possessive, so a line with no rank prefix costs one pass over its first 80 characters at most)
 _RANK_LINE = _lazy(rb"\n[^\n\[]{0,80}+(" + _RANK_AT + rb")")
 _RANK_FIRST = _lazy(rb"[^\n\[]{0,80}+(" + _RANK_AT + rb")")
 KEEP_BUFFER = 4 << 20  # a scanner keeps a buffer this big or smaller for its next source
