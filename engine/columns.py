@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import re
 
+from gpudoctor.engine.display import strip_ansi
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.prefix_rules import COMPOSE, PDSH, POD, QUOTE, RAY, SAGEMAKER, SLURM
 
 _ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
 _COLUMNS = {
     "containerd": _lazy(rf"^{_ISO} (?:stdout|stderr) [FP] ", re.MULTILINE),  # containerd / CRI-O file
     "kubectl": _lazy(rf"^{_ISO} ", re.MULTILINE),  # kubectl logs --timestamps, docker logs -t
-    "compose": _lazy(r"^[A-Za-z][\w.-]{0,100}[-_]\d{1,4} {1,40}\| ?", re.MULTILINE),  # "trainer-1  | "
-    "ray": _lazy(r"^\([A-Za-z_][\w.-]{0,100} (?:\w{1,20}=[^\s,()]{1,100},? ?){1,6}\) ", re.MULTILINE),
-    "srun": _lazy(r"^ {0,8}\d{1,7}: ", re.MULTILINE),  # srun --label
-    # pdsh (the deepspeed runner's multi-node launch): "worker-1: ", "10.0.0.2: " (a digit and a dot or dash)
-    "pdsh": _lazy(r"^(?=[\w.-]*\d)(?=[\w.-]*[.-])[A-Za-z0-9][\w.-]{0,252}: ", re.MULTILINE),
-    "pod": _lazy(r"^\[pod/[\w.-]{1,253}/[\w.-]{1,63}\] ?", re.MULTILINE),  # kubectl logs --prefix
-    "sagemaker": _lazy(r"^\[\d{1,7},mpirank:\d{1,7},[\w.-]{1,100}\]<std(?:out|err|diag)>:", re.MULTILINE),
-    "quote": _lazy(r"^(?:> ?)+", re.MULTILINE),  # a log quoted in a reply (Markdown, e-mail): "> [rank1]: ..."
+    # the others as engine/prefix_rules.py reads them on a line
+    **{name: _lazy("^" + pattern, re.MULTILINE) for name, pattern in (
+        ("compose", COMPOSE), ("ray", RAY), ("srun", SLURM), ("pdsh", PDSH), ("pod", POD), ("sagemaker", SAGEMAKER),
+        ("quote", QUOTE))},
 }
 # columns that say nothing about the run, left out where a line is shown (Ray's worker and srun's task id are kept)
 _UNSAID = ("containerd", "kubectl", "compose", "quote")
-_CSI = _lazy(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal colour or cursor code
 SAMPLE_LINES = 40  # non-empty lines looked at from the top
 SHARE = 0.8  # of which this many must carry the column
 
@@ -38,8 +35,7 @@ def as_printed(text: str) -> str:
     """text with the collector's column cut from every line that has it, or text itself when no column leads most
     of its first lines; terminal colour codes are cut too (a coloured level or exception name is still one), and
     rich's boxed and IPython's tracebacks are rewritten as Python prints them (engine/tbforms.py)."""
-    if "\x1b[" in text:
-        text = _CSI.sub("", text)
+    text = strip_ansi(text)
     head = text[: 1 << 15]
     sample = [line for line in head.split("\n")[: SAMPLE_LINES * 4] if line.strip()][:SAMPLE_LINES]
     for column in _COLUMNS.values() if len(sample) >= 2 else ():

@@ -19,6 +19,17 @@ _LEVELS = {
     "FATAL": "FATAL", "F": "FATAL", "CRITICAL": "FATAL",
 }  # fmt: skip
 _LEVEL_WORD = r"(TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+# the columns a launcher or log collector puts before every line: read here as a line's prefix, and cut from a
+# whole kept text by engine/columns.py (one pattern each, so that the two never disagree)
+SAGEMAKER = r"\[\d{1,7},mpirank:(\d{1,7}),([\w.-]{1,100})\]<(stdout|stderr|stddiag)>:"  # its rank, then the host
+POD = r"\[pod/([\w.-]{1,253})/([\w.-]{1,63})\] ?"  # kubectl logs --prefix
+SLURM = r"[ \t]{0,8}(\d{1,7}): "  # srun --label
+QUOTE = r"(?:> ?){1,8}"  # a log quoted in a reply (Markdown, e-mail)
+# pdsh (the deepspeed runner's multi-node launch): "worker-1: ", "10.0.0.2: "; a name with a digit and a dot or dash,
+# so that "step1: " or "RuntimeError: " is not one
+PDSH = r"((?=[\w.-]*\d)(?=[\w.-]*[.-])[A-Za-z0-9][\w.-]{0,252}): "
+COMPOSE = r"([A-Za-z][\w.-]{0,100}[-_]\d{1,4}) {1,40}\| "  # "trainer-1  | " (v2), "trainer_1  | " (v1), padded
+RAY = r"\(([A-Za-z_][\w.-]{0,100}) ((?:\w{1,20}=[^\s,()]{1,100},? ?){1,6})\) ?"  # Ray's and vLLM's worker
 
 # Handlers write what a prefix says into a plain dict that becomes the LinePrefix's
 # instance dict (see _make): only fields that were read are stored, the rest fall back
@@ -255,10 +266,8 @@ STRONG: tuple[Rule, ...] = (
     # the lookahead rejects "[E1122 ..." before the lazy role/number split starts backtracking
     Rule("tee", _rx(r"\[(?=[\w|-]{1,80}\]:)([A-Za-z_][\w-]{0,63}?)(\d{1,7})(?:\|\d{1,7})?\]:"), _h_role, "["),
     Rule("mpi", _rx(r"\[(\d{1,7}),(\d{1,7})\]<(stdout|stderr|stddiag)>:"), _h_mpi, "["),
-    # SageMaker's MPI launch: "[1,mpirank:3,algo-2]<stderr>:" (the rank, then the host)
-    Rule("mpi", _rx(r"\[\d{1,7},mpirank:(\d{1,7}),([\w.-]{1,100})\]<(stdout|stderr|stddiag)>:"), _h_sagemaker, "["),
-    # kubectl logs --prefix: "[pod/trainer-worker-0/pytorch] "
-    Rule("pod", _rx(r"\[pod/([\w.-]{1,253})/([\w.-]{1,63})\] ?"), _h_pod, "[", outer_only=True),
+    Rule("mpi", _rx(SAGEMAKER), _h_sagemaker, "["),
+    Rule("pod", _rx(POD), _h_pod, "[", outer_only=True),
     # torchrun's log_line_prefix_template="[${rank}]:"; never the bare "[0]:" of a failure summary
     Rule("rank", _rx(r"\[(\d{1,7})\]:(?=\S)"), _h_rank, "["),
     Rule("iso_bracket", _rx(r"\[(" + ISO + r")\](?:\s+|$)"), _h_iso, "["),
@@ -311,7 +320,7 @@ STRONG: tuple[Rule, ...] = (
     Rule("iso", _rx("(" + ISO + r")(?:\s*[-|]\s+|:?\s|$)"), _h_iso, _DIGITS),
     # srun --label is the outermost layer (only a collector's timestamp goes before it); inside
     # a process's own prefix, "[default0]:100: loss 2.3" is the program printing a step number
-    Rule("slurm", _rx(r"[ \t]{0,8}(\d{1,7}): "), _h_slurm, _DIGITS + " \t", outer_only=True),
+    Rule("slurm", _rx(SLURM), _h_slurm, _DIGITS + " \t", outer_only=True),
     Rule(
         "glog",
         _rx(r"([IWEFD])" + GLOG_TIME + r"(?: +(\d{1,10}))? ([^\s\]:]{1,300}):(\d{1,7})\] ?"),
@@ -339,17 +348,12 @@ STRONG: tuple[Rule, ...] = (
     # torch 2.1-2.3: "[2023-10-20 10:24:10,690] torch.distributed.run: [WARNING] "
     Rule("logger_level", _rx(r"([\w.]{1,200}): \[" + _LEVEL_WORD + r"\] "), _h_logger_level, _LETTERS),
     Rule("nccl", _rx(_NCCL), _h_nccl, _LETTERS + _DIGITS),
-    # a log quoted in a reply (Markdown, e-mail), outermost: "> [rank1]: RuntimeError ..."
-    Rule("quote", _rx(r"(?:> ?){1,8}(?=\S)"), _h_nothing, ">", outer_only=True),
-    # pdsh (the deepspeed runner's multi-node launch, mpirun wrappers): "worker-1: ", "10.0.0.2: " before every line
-    # of that host; a name with a digit and a dot or dash, so that "step1: " or "RuntimeError: " is not one
-    Rule("pdsh", _rx(r"((?=[\w.-]*\d)(?=[\w.-]*[.-])[A-Za-z0-9][\w.-]{0,252}): (?=\S)"), _h_pdsh,
-         _LETTERS + _DIGITS, outer_only=True),
-    # docker compose's service column, outermost: "trainer-1  | " (v2), "trainer_1  | " (v1), padded to the longest name
-    Rule("compose", _rx(r"([A-Za-z][\w.-]{0,100}[-_]\d{1,4}) {1,40}\| "), _h_compose, _LETTERS, outer_only=True),
+    Rule("quote", _rx(QUOTE + r"(?=\S)"), _h_nothing, ">", outer_only=True),
+    Rule("pdsh", _rx(PDSH + r"(?=\S)"), _h_pdsh, _LETTERS + _DIGITS, outer_only=True),
+    Rule("compose", _rx(COMPOSE), _h_compose, _LETTERS, outer_only=True),
     Rule(
         "actor",
-        _rx(r"\(([A-Za-z_][\w.-]{0,100}) ((?:\w{1,20}=[^\s,()]{1,100},? ?){1,6})\) ?"),
+        _rx(RAY),
         _h_actor,
         "(",
     ),

@@ -20,6 +20,7 @@ WIDTH_SAMPLE = 1 << 14  # bytes whose rows tell a hard-wrapped paste (64 KB read
 KEEP_FIRST, KEEP_LAST = 8, 4  # matched lines kept per pattern: the first few and the most recent
 WINDOW_LINES = 60  # lines kept after a traceback header
 RICH_WINDOW_LINES = 600  # after rich's boxed header: each frame takes a dozen rows (context lines, locals)
+_BOX_CORNER = "╭".encode()  # rich's box opens its traceback header
 MAX_WINDOWS = 64  # per source: enough for every rank of an interleaved log
 TAIL_LINES = 6
 RANK_TAIL_BYTES = 256 << 10  # how far back from a block's end each rank's last line is looked for
@@ -302,7 +303,7 @@ class Scanner:
     def _window(block: bytearray | bytes, limit: int, start: int) -> list[str]:
         lines, pos = [], start
         first_nl = block.find(b"\n", start, limit)
-        boxed = block.find("╭".encode(), start, limit if first_nl < 0 else first_nl) >= 0
+        boxed = block.find(_BOX_CORNER, start, limit if first_nl < 0 else first_nl) >= 0
         for _ in range(RICH_WINDOW_LINES if boxed else WINDOW_LINES):
             if pos >= limit:
                 break

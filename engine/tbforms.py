@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 
+from gpudoctor.engine.display import strip_ansi
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 
 _TOP = _lazy(r"(?P<pre>.*?)╭─+ ?Traceback \(most recent call last\) ?─+╮\s*$")
@@ -39,7 +40,6 @@ _IPY_FILE = _lazy(r"(?:File )?(?P<path>(?:[A-Za-z]:)?[~/\\][^:\n]*?\.pyx?)(?::(?
 _IPY_ARROW = _lazy(r"-+>\s*(?P<line>\d+)\s?(?P<code>.*)$")
 _IPY_CONTEXT = _lazy(r" {2,}\d+ | *\(\.\.\.\)\s*$")  # a source line around the arrowed one; IPython 8's elision
 _FOREIGN = _lazy(r"╭─|\S {2,}Traceback \(most recent call last\)\s*$", re.MULTILINE)
-_CSI = _lazy(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def has_foreign(text: str) -> bool:
@@ -50,7 +50,7 @@ def has_foreign(text: str) -> bool:
 def plain_tracebacks(lines: list[str]) -> list[str]:
     """lines with each rich box or IPython traceback rewritten as Python's own traceback (as many lines, in
     place)."""
-    out = [_CSI.sub("", line) if "\x1b[" in line else line for line in lines]
+    out = [strip_ansi(line) for line in lines]
     i = 0
     while i < len(out):
         line = out[i]
