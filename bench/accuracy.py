@@ -25,7 +25,8 @@ DEV = ROOT / "tests" / "data" / "logs"
 SEALED = ROOT / "tests" / "data" / "sealed"
 # logs collected on 2026-11-27 from threads no signature had been written against, also shown apart with
 # --batches: the dev batch's first run is a third unseen figure, the sealed batch a larger sealed sample
-BATCHES = {"dev-1127": (DEV, "manifest-n*.yaml"), "sealed-1127": (SEALED, "manifest-[g-j].yaml")}
+BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "manifest-[g-j].yaml"),
+           "dev-1127b": (DEV, "manifest-n[4-9].yaml"), "sealed-1127b": (SEALED, "manifest-[k-z].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 BASELINE_LINES = 5
 # what a user would pick out of a log as "the error lines" to paste into a search box
@@ -131,6 +132,7 @@ def summarize(rows: list[dict]) -> dict:
         "negatives_clean": _rate(sum(not r["matches"] for r in neg), len(neg)),
         "unmatched_positives": len(unmatched),
         "possible_top3": _rate(sum(r["expect"] in r["possible"] for r in unmatched), len(unmatched)),
+        "possible_alone_top1": _rate(sum(r["possible_alone"][:1] == [r["expect"]] for r in pos), len(pos)),
         "possible_alone_top3": _rate(sum(r["expect"] in r["possible_alone"] for r in pos), len(pos)),
         "baseline_top1": _rate(sum(r["baseline"][:1] == [r["expect"]] for r in pos), len(pos)),
         "baseline_top3": _rate(sum(r["expect"] in r["baseline"] for r in pos), len(pos)),
@@ -192,6 +194,7 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
         ("top-1, first named (match or guess)", lambda s: _pct(s["first_named"])),
         ("negatives w/o a confident match", lambda s: _pct(s["negatives_clean"])),
         ("possible top-3, no match fired", lambda s: _pct(s["possible_top3"]) + f" /{s['unmatched_positives']}"),
+        ("possible tier alone top-1 (no sigs)", lambda s: _pct(s["possible_alone_top1"])),
         ("possible tier alone top-3 (no sigs)", lambda s: _pct(s["possible_alone_top3"])),
         ("keyword baseline top-1", lambda s: _pct(s["baseline_top1"])),
         ("keyword baseline top-3", lambda s: _pct(s["baseline_top3"])),
@@ -215,7 +218,8 @@ def main(argv=None) -> int:
                         help="also print each sealed-set miss (only after signatures are final)")
     parser.add_argument("--json", action="store_true", help="figures as JSON (sealed rows only with --show-sealed)")
     parser.add_argument("--batches", action="store_true",
-                        help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127)")
+                        help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127, and the "
+                             "second collection of that day, dev-1127b and sealed-1127b)")
     parser.add_argument("--dev-only", action="store_true",
                         help="measure the development set alone: for whoever is writing signatures, so that not "
                              "even the sealed set's totals can steer them")

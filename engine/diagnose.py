@@ -256,7 +256,8 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
               hints: list, weak: dict) -> list[Finding]:
     """Possible causes for a log that shows a failure: word guesses only when nothing matched; beside a match, only
     what the log's structure hints at (an OOM raised under ZeRO)."""
-    from gpudoctor.engine.possible import LIMIT, LIMIT_BESIDE_MATCH, failure_lines, possible_findings
+    from gpudoctor.engine.failure_lines import failure_lines
+    from gpudoctor.engine.possible import LIMIT, LIMIT_BESIDE_MATCH, possible_findings
 
     entries = {e.id: e for e in catalog}
     matched = {f.id for f in findings} | ruled_out

@@ -198,3 +198,24 @@ def test_timeouts_beside_a_ranks_own_error_weigh_less_than_it():
     weights = dict((ev.line, w) for ev, w in _informative([crash, wait]))
     assert weights == {1: 1.0, 2: CONSEQUENCE_WEIGHT}
     assert dict((ev.line, w) for ev, w in _informative([wait])) == {2: 1.0}  # alone, it is all there is
+
+
+def test_failure_lines_read_together_reorder_the_guesses(monkeypatch):
+    """A module left on the CPU under DDP: the error line alone reads most like D3 (a device mismatch), the lines
+    together like P2 (DDP wrapped the model before .to(device)). The pooled query reorders; it adds no entry."""
+    import gpudoctor.engine.possible as possible
+    from gpudoctor.kb.catalog import Catalog
+    from gpudoctor.kb.record import replace
+
+    bare = Catalog({eid: replace(e, signatures=()) for eid, e in CATALOG.entries.items()})
+    bare.index = CATALOG.search_index()
+
+    def guesses():
+        path = LOGS / "P2" / "openstereo-278-torchrun-4gpu-module-on-cpu.log"
+        return [f.id for f in diagnose(bare, resolve([str(path)]), engine="python").findings if f.tier == "possible"]
+
+    pooled = guesses()
+    monkeypatch.setattr(possible, "FUSED_WEIGHT", 0.0)
+    alone = guesses()
+    assert pooled[0] == "P2" and alone[0] != "P2"
+    assert set(pooled) <= set(alone) | {"P2"}

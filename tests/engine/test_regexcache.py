@@ -106,7 +106,7 @@ def test_lazy_regex_stands_in_for_a_compiled_pattern():
 
 def test_cut_traceback_frames_keep_the_python_source_line():
     # the frame test that once broke when possible.py's regexes became lazy (`m.re is _PY_FRAME`)
-    from gpudoctor.engine.possible import frames_query
+    from gpudoctor.engine.failure_lines import frames_query
 
     lines = ['  File "/work/train.py", line 12, in compute_loss', "    loss = criterion(out, target)"]
     assert frames_query(lines) == "compute_loss loss = criterion(out, target)"
