@@ -1,0 +1,33 @@
+"""A DeepSpeed config value that a trainer filled in from "auto" and DeepSpeed then rejected: a version mismatch
+between the two libraries, not a setting the user got wrong, so it rules out D17."""
+from __future__ import annotations
+
+from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.rules import Verdict
+
+# transformers (integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_finalize, up to 4.44) fills
+# "auto" in zero_optimization.stage3_prefetch_bucket_size with `0.9 * hidden_size * hidden_size`, a float; 4.45 wraps
+# it in int(). DeepSpeed 0.15's pydantic-v2 config models no longer coerce it, and pydantic-core prints
+#   'Input should be a valid integer, got a number with a fractional part [type=int_from_float, input_value=...'
+# under the field's name (src/errors/types.rs, ErrorType::IntFromFloat).
+_REJECTED = _lazy(r"got a number with a fractional part|type=int_from_float")
+_FIELD = "stage3_prefetch_bucket_size"
+LOOK_BACK = 400  # characters before the rejection where pydantic names the field
+NOTE = ("stage3_prefetch_bucket_size: DeepSpeed 0.15+ rejects the float that transformers before 4.45 fills in for "
+        '"auto". Upgrade transformers (or pin DeepSpeed 0.14), or give the key an integer in the config.')
+
+
+def auto_float_rule(text: str, file: str) -> list[Verdict]:
+    """D17 ruled out where the value DeepSpeed rejected is the ZeRO-3 prefetch bucket a trainer filled in."""
+    m = _REJECTED.search(text)
+    if m is None:
+        return []
+    at = text.rfind(_FIELD, max(0, m.start() - LOOK_BACK), m.start())
+    if at < 0:
+        return []
+    line = text.count("\n", 0, m.start()) + 1
+    start = text.rfind("\n", 0, m.start()) + 1
+    end = text.find("\n", m.end())
+    evidence = Evidence(file, line, text[start: end if end >= 0 else len(text)], "rule:auto-float-rejected")
+    return [Verdict("D17", "rule:auto-float-rejected", (evidence,), rule_out=True, note=NOTE)]
