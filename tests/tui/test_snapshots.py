@@ -112,10 +112,11 @@ def test_probe_screen(snap_compare, make):
 
 def test_open_screen(snap_compare, make):
     async def before(pilot):
-        pilot.app.push_screen(OpenScreen(Path("tests/data/logs/D8")))
+        # a folder that does not grow with the collected logs (the snapshot lists its files)
+        pilot.app.push_screen(OpenScreen(Path("examples/rank-crash-then-timeout")))
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, OpenScreen))
         tree = pilot.app.screen.query_one("#open-tree")
-        listed = len(list(Path("tests/data/logs/D8").iterdir()))
+        listed = len(list(Path("examples/rank-crash-then-timeout").iterdir()))
         await wait_until(pilot, lambda: len(tree.root.children) == listed, what="the tree, loaded in its own worker")
         await pilot.pause(1.0)
         steady(pilot.app)
