@@ -23,6 +23,10 @@ NCCL_RESULTS = (
      "a peer went away: another rank died first or the network between them failed; look for the rank "
      "that failed earliest"),
     (7, "ncclInProgress", "NCCL operation in progress", "a non-blocking NCCL call has not finished yet"),
+    # newest nccl.h.in; known here by its name only (the second field never occurs in lower-cased text)
+    (8, "ncclTimeout", "ncclTimeout",
+     "an NCCL operation ran past its time limit: a peer stopped taking part; look for the rank that failed or "
+     "stalled first"),
 )
 
 # cudaError_t (driver_types.h): number -> (name, the runtime's message, what it usually means)
@@ -81,7 +85,7 @@ _CUDA_BY_MESSAGE = {msg.lower(): (num, name, msg, why) for num, (name, msg, why)
                     if num not in (1, 2)}  # "invalid argument" and "out of memory" are too common to read alone
 
 _NCCL_NAME = _lazy(r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|"
-                        r"RemoteError|InProgress))\b")
+                        r"RemoteError|InProgress|Timeout))\b")
 # NCCL's INFO trace of a failing call: "transport/net.cc:1298 -> 6"
 _NCCL_TRACE = _lazy(r"\b[\w/]+\.(?:cc|h|cu|cpp):\d+ -> (\d)\b")
 _CUDA_NAME = _lazy(r"\b(cudaError\w+|CUDA_ERROR_\w+)\b")
