@@ -3,7 +3,6 @@ between the two libraries, not a setting the user got wrong, so it rules out D17
 from __future__ import annotations
 
 from gpudoctor.engine.findings import Evidence
-from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.rules import Verdict
 
 # transformers (integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_finalize, up to 4.44) fills
@@ -11,7 +10,7 @@ from gpudoctor.engine.rules import Verdict
 # it in int(). DeepSpeed 0.15's pydantic-v2 config models no longer coerce it, and pydantic-core prints
 #   'Input should be a valid integer, got a number with a fractional part [type=int_from_float, input_value=...'
 # under the field's name (src/errors/types.rs, ErrorType::IntFromFloat).
-_REJECTED = _lazy(r"got a number with a fractional part|type=int_from_float")
+_REJECTED = ("got a number with a fractional part", "type=int_from_float")  # str.find: no regex over a whole log
 _FIELD = "stage3_prefetch_bucket_size"
 LOOK_BACK = 400  # characters before the rejection where pydantic names the field
 NOTE = ("stage3_prefetch_bucket_size: DeepSpeed 0.15+ rejects the float that transformers before 4.45 fills in for "
@@ -20,14 +19,15 @@ NOTE = ("stage3_prefetch_bucket_size: DeepSpeed 0.15+ rejects the float that tra
 
 def auto_float_rule(text: str, file: str) -> list[Verdict]:
     """D17 ruled out where the value DeepSpeed rejected is the ZeRO-3 prefetch bucket a trainer filled in."""
-    m = _REJECTED.search(text)
-    if m is None:
+    found = [at for at in (text.find(words) for words in _REJECTED) if at >= 0]
+    if not found:
         return []
-    at = text.rfind(_FIELD, max(0, m.start() - LOOK_BACK), m.start())
+    hit = min(found)
+    at = text.rfind(_FIELD, max(0, hit - LOOK_BACK), hit)
     if at < 0:
         return []
-    line = text.count("\n", 0, m.start()) + 1
-    start = text.rfind("\n", 0, m.start()) + 1
-    end = text.find("\n", m.end())
+    line = text.count("\n", 0, hit) + 1
+    start = text.rfind("\n", 0, hit) + 1
+    end = text.find("\n", hit)
     evidence = Evidence(file, line, text[start: end if end >= 0 else len(text)], "rule:auto-float-rejected")
     return [Verdict("D17", "rule:auto-float-rejected", (evidence,), rule_out=True, note=NOTE)]

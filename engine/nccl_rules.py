@@ -2,8 +2,6 @@
 at each opCount (D19)."""
 from __future__ import annotations
 
-import re
-
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.rules import Verdict
@@ -32,9 +30,37 @@ def interface_rule(text: str, file: str) -> list[Verdict]:
 # NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=COLL: one line per collective call, from NCCL's enqueue.cc (2.3-2.2x) and
 # RCCL: INFO(NCCL_COLL, "%s: opCount %lx sendbuff %p recvbuff %p count %zi datatype %d op %d root %d comm %p
 # [nranks=%d] stream %p", opName, comm->opCount, ...), behind the "host:pid:tid [dev] NCCL INFO " prefix
-_COLL_CALL = _lazy(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?P<op>[A-Za-z]+): opCount (?P<count>[0-9a-f]+) "
-                        r".*?\bcomm (?P<comm>0x[0-9a-f]+|\d+) \[nranks=(?P<n>\d+)")
+# (read in two parts: a lazy ".*?" between them made each search a fifth slower on rank logs full of these lines)
+_COLL_CALL = _lazy(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?P<op>[A-Za-z]+): opCount (?P<count>[0-9a-f]+) ")
+_COLL_COMM = _lazy(r"\bcomm (?P<comm>0x[0-9a-f]+|\d+) \[nranks=(?P<n>\d+)")
 _P2P = {"Send", "Recv", "SendRecv"}  # point-to-point calls differ between the two ends by design
+
+
+def _lines_with(text: str, word: str, keep=None):
+    """(line number, line) of each line that holds word (where keep(text, offset) agrees), found with str.find: a
+    rank's INFO log has thousands of lines, and neither a split of the whole text nor a regex per line is needed.
+    Lines are counted by newline, as the scanner counts them."""
+    at, line_no, counted = text.find(word), 1, 0
+    while at >= 0:
+        if keep is not None and not keep(text, at):
+            at = text.find(word, at + len(word))
+            continue
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end < 0 else end
+        line_no += text.count("\n", counted, start)
+        counted = start
+        yield line_no, text[start:end].rstrip("\r")
+        at = text.find(word, end)
+
+
+def _token_before(line: str, marker: str) -> int:
+    """Where the "host:pid:tid" token before "[dev] NCCL INFO" starts (a search from there skips the prefixes a
+    regex search would try at every position first); 0 where the line has no marker."""
+    k = line.find(marker)
+    if k < 0:
+        return 0
+    return line.rfind(" ", 0, line.rfind(" ", 0, k)) + 1
 
 
 def coll_desync_rule(text: str, file: str) -> list[Verdict]:
@@ -46,13 +72,14 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
     calls: dict[tuple[str, str], dict[str, tuple[set[str], int, str]]] = {}
     comms: dict[tuple[str, str], set[str]] = {}
     sizes: dict[tuple[str, str], str] = {}
-    for line_no, line in enumerate(text.splitlines(), 1):
-        m = _COLL_CALL.search(line) if "opCount" in line else None
-        if m is None or m.group("op") in _P2P:
+    for line_no, line in _lines_with(text, "opCount"):
+        m = _COLL_CALL.search(line, _token_before(line, " NCCL INFO "))
+        c = _COLL_COMM.search(line, m.end()) if m is not None else None
+        if c is None or m.group("op") in _P2P:
             continue
         proc = (m.group("host"), m.group("pid"))
-        comms.setdefault(proc, set()).add(m.group("comm"))
-        sizes[proc] = m.group("n")
+        comms.setdefault(proc, set()).add(c.group("comm"))
+        sizes[proc] = c.group("n")
         ops, first, first_text = calls.setdefault(proc, {}).get(m.group("count"), (set(), line_no, line))
         ops.add(m.group("op"))
         calls[proc][m.group("count")] = (ops, first, first_text)
@@ -97,15 +124,38 @@ _LAYER = {
     "transport/net_socket.cu": ("MN2", "the socket transport between hosts"),
     "transport/nvls.cc": ("MN1", "NVLink SHARP multicast, which needs the NVSwitch fabric manager"),
 }
-_PEER_GONE = _lazy(r"closed by remote peer|reset by peer|remote process exited|Connection closed by", re.IGNORECASE)
+# a peer said to have gone away (lower-cased: str.find is many times faster than a case-blind regex on a 1 MB log)
+_PEER_GONE = ("closed by remote peer", "reset by peer", "remote process exited", "connection closed by")
+
+
+def _after_digit(text: str, at: int) -> bool:
+    """" -> " right after a digit ("bootstrap.cc:87 -> 3"): a back-trace line, not a channel or ring line
+    ("0[0] -> 1[1] via P2P")."""
+    return text[at - 1: at].isdigit()
 
 
 def error_trace_rule(text: str, file: str) -> list[Verdict]:
     """Where NCCL's error back-trace starts: in its socket or bootstrap code a possible MN2 (hosts that cannot reach
     each other over the interface NCCL picked), in its NVLS code a possible MN1. Not when a peer is said to have
     gone away: then the socket failed because another rank died first."""
-    if " -> " not in text or _PEER_GONE.search(text):
-        return []
+    started: set[str] = set()
+    for line_no, line in _lines_with(text, " -> ", _after_digit):
+        m = _TRACE.search(line)
+        if m is None or m.group("who") in started:
+            continue
+        started.add(m.group("who"))  # a thread's first trace line is where its failure began
+        path = m.group("file")
+        layer = next((v for k, v in _LAYER.items() if path == k or path.endswith("/" + k)), None)
+        if layer is not None:
+            lower = text.lower()
+            if any(words in lower for words in _PEER_GONE):
+                return []
+            entry, what = layer
+            why = Evidence(file, line_no, f"NCCL's error back-trace starts in {path}: {what} failed "
+                                          f"(ncclResult {m.group('res')})", "because")
+            return [Verdict(entry, "hint:nccl-error-trace", (Evidence(file, line_no, line, "hint:nccl-error-trace"),
+                                                             why), score=0.45, tier="possible")]
+    return []
     started: set[str] = set()
     for line_no, line in enumerate(text.splitlines(), 1):
         m = _TRACE.search(line) if " -> " in line else None

@@ -28,6 +28,8 @@ class Verdict:
 
 _OOM = _lazy(r"OutOfMemoryError|CUDA out of memory|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
                   r"cudaErrorMemoryAllocation|Cuda failure 'out of memory'|CUDA error: out of memory")
+# a literal of every _OOM alternative: str's search runs far ahead of a regex alternation over a whole 1 MB log
+_OOM_WORDS = ("OutOfMemoryError", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation")
 _FRAMEISH = _lazy(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
 _FSDP_PATH = _lazy(r"torch/distributed/(?:fsdp|_composable/fsdp|checkpoint|_state_dict_utils)|"
                         r"fsdp/_state_dict_utils|fully_sharded_data_parallel")
@@ -242,7 +244,7 @@ def zero_setup_rule(text: str, file: str) -> list[Verdict]:
     from gpudoctor.engine.zero_setup import (oom_before_training_under_zero, oom_during_zero_setup,
                                              setup_traceback_cut_short)
 
-    if _OOM.search(text):
+    if any(words in text for words in _OOM_WORDS) and _OOM.search(text):
         found = oom_during_zero_setup(text, file)
         if found:
             return [Verdict("D16", "rule:oom-during-zero-setup", found)]

@@ -471,14 +471,14 @@ def test_a_healthy_combined_log_of_many_processes_is_read_in_time_linear_in_its_
     # parsing the same lines, measured here.
     import time
 
-    from gpudoctor.engine.nccl_rules import _COLL_CALL, coll_desync_rule
+    from gpudoctor.engine.nccl_rules import _COLL_CALL, _COLL_COMM, coll_desync_rule
 
     text = "\n".join(_coll(1000 + p, p % 8, "AllReduce", c, hex(0x5000 + p), 256) for c in range(100) for p in range(256))
     started = time.process_time()
     assert coll_desync_rule(text, "all.log") == []
     took = time.process_time() - started
     started = time.process_time()
-    parsed = [_COLL_CALL.search(line) for line in text.splitlines()]
+    parsed = [(m := _COLL_CALL.search(line)) and _COLL_COMM.search(line, m.end()) for line in text.splitlines()]
     parse = time.process_time() - started
     assert all(parsed)
     assert took < 8 * parse + 0.05, (took, parse)
@@ -728,3 +728,15 @@ def test_nccl_error_trace_names_the_layer_that_failed(catalog):
     # through diagnose: a possible cause, never a confident one
     result = run(catalog, boot)
     assert [(f.id, f.tier) for f in result.findings][:1] == [("MN2", "possible")]
+
+
+def test_every_oom_wording_holds_a_literal_the_whole_text_precheck_looks_for():
+    """zero_setup_rule looks for these literals with str's search before running the OOM regex over a whole log: an
+    alternative added to the regex without one would never be seen."""
+    import re as _re
+
+    from gpudoctor.engine.rules import _OOM, _OOM_WORDS
+
+    for alternative in _OOM.pattern.split("|"):
+        plain = _re.sub(r"\\(.)", r"\1", alternative)
+        assert any(word in plain for word in _OOM_WORDS), alternative
