@@ -155,3 +155,11 @@ def test_keyword_baseline_searches_the_last_five_error_looking_lines(tmp_path):
     query = bench.baseline_query(log).splitlines()
     assert query == ["WARNING: second", "ERROR third", "x failed fourth", "Traceback (most recent call last):",
                      "ValueError: sixth"]
+
+
+def test_every_manifest_names_a_known_framework():
+    """The per-framework table groups by this label: a new spelling ("accelerate") would open a row of its own."""
+    bench = _bench()
+    for base in (bench.DEV, bench.SEALED):
+        for case in bench.load_cases(base, "manifest*.yaml"):
+            assert case["framework"] in bench.FRAMEWORKS, (case["path"], case["framework"])
