@@ -156,18 +156,3 @@ def error_trace_rule(text: str, file: str) -> list[Verdict]:
             return [Verdict(entry, "hint:nccl-error-trace", (Evidence(file, line_no, line, "hint:nccl-error-trace"),
                                                              why), score=0.45, tier="possible")]
     return []
-    started: set[str] = set()
-    for line_no, line in enumerate(text.splitlines(), 1):
-        m = _TRACE.search(line) if " -> " in line else None
-        if m is None or m.group("who") in started:
-            continue
-        started.add(m.group("who"))  # a thread's first trace line is where its failure began
-        path = m.group("file")
-        layer = next((v for k, v in _LAYER.items() if path == k or path.endswith("/" + k)), None)
-        if layer is not None:
-            entry, what = layer
-            why = Evidence(file, line_no, f"NCCL's error back-trace starts in {path}: {what} failed "
-                                          f"(ncclResult {m.group('res')})", "because")
-            return [Verdict(entry, "hint:nccl-error-trace", (Evidence(file, line_no, line, "hint:nccl-error-trace"),
-                                                             why), score=0.45, tier="possible")]
-    return []
