@@ -26,7 +26,8 @@ SEALED = ROOT / "tests" / "data" / "sealed"
 # logs collected on 2026-11-27 from threads no signature had been written against, also shown apart with
 # --batches: the dev batch's first run is a third unseen figure, the sealed batch a larger sealed sample
 BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "manifest-[g-j].yaml"),
-           "dev-1127b": (DEV, "manifest-n[4-9].yaml"), "sealed-1127b": (SEALED, "manifest-[k-z].yaml")}
+           "dev-1127b": (DEV, "manifest-n[4-6].yaml"),
+           "dev-1127c": (DEV, "manifest-n[7-9].yaml"), "sealed-1127b": (SEALED, "manifest-[k-z].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 BASELINE_LINES = 5
 # what a user would pick out of a log as "the error lines" to paste into a search box
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="figures as JSON (sealed rows only with --show-sealed)")
     parser.add_argument("--batches", action="store_true",
                         help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127, and the "
-                             "second collection of that day, dev-1127b and sealed-1127b)")
+                             "second and third collections of that day, dev-1127b, dev-1127c and sealed-1127b)")
     parser.add_argument("--dev-only", action="store_true",
                         help="measure the development set alone: for whoever is writing signatures, so that not "
                              "even the sealed set's totals can steer them")
