@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.rules import Verdict
+from gpudoctor.engine.textfind import line_at
 
 # transformers (integrations/deepspeed.py, HfTrainerDeepSpeedConfig.trainer_config_finalize, up to 4.44) fills
 # "auto" in zero_optimization.stage3_prefetch_bucket_size with `0.9 * hidden_size * hidden_size`, a float; 4.45 wraps
@@ -26,8 +27,6 @@ def auto_float_rule(text: str, file: str) -> list[Verdict]:
     at = text.rfind(_FIELD, max(0, hit - LOOK_BACK), hit)
     if at < 0:
         return []
-    line = text.count("\n", 0, hit) + 1
-    start = text.rfind("\n", 0, hit) + 1
-    end = text.find("\n", hit)
-    evidence = Evidence(file, line, text[start: end if end >= 0 else len(text)], "rule:auto-float-rejected")
+    line_no, line = line_at(text, hit)
+    evidence = Evidence(file, line_no, line, "rule:auto-float-rejected")
     return [Verdict("D17", "rule:auto-float-rejected", (evidence,), rule_out=True, note=NOTE)]

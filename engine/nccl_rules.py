@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.rules import Verdict
+from gpudoctor.engine.textfind import lines_with
 
 
 def interface_rule(text: str, file: str) -> list[Verdict]:
@@ -36,24 +37,6 @@ _COLL_COMM = _lazy(r"\bcomm (?P<comm>0x[0-9a-f]+|\d+) \[nranks=(?P<n>\d+)")
 _P2P = {"Send", "Recv", "SendRecv"}  # point-to-point calls differ between the two ends by design
 
 
-def _lines_with(text: str, word: str, keep=None):
-    """(line number, line) of each line that holds word (where keep(text, offset) agrees), found with str.find: a
-    rank's INFO log has thousands of lines, and neither a split of the whole text nor a regex per line is needed.
-    Lines are counted by newline, as the scanner counts them."""
-    at, line_no, counted = text.find(word), 1, 0
-    while at >= 0:
-        if keep is not None and not keep(text, at):
-            at = text.find(word, at + len(word))
-            continue
-        start = text.rfind("\n", 0, at) + 1
-        end = text.find("\n", at)
-        end = len(text) if end < 0 else end
-        line_no += text.count("\n", counted, start)
-        counted = start
-        yield line_no, text[start:end].rstrip("\r")
-        at = text.find(word, end)
-
-
 def _token_before(line: str, marker: str) -> int:
     """Where the "host:pid:tid" token before "[dev] NCCL INFO" starts (a search from there skips the prefixes a
     regex search would try at every position first); 0 where the line has no marker."""
@@ -72,7 +55,7 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
     calls: dict[tuple[str, str], dict[str, tuple[set[str], int, str]]] = {}
     comms: dict[tuple[str, str], set[str]] = {}
     sizes: dict[tuple[str, str], str] = {}
-    for line_no, line in _lines_with(text, "opCount"):
+    for line_no, line in lines_with(text, "opCount"):
         m = _COLL_CALL.search(line, _token_before(line, " NCCL INFO "))
         c = _COLL_COMM.search(line, m.end()) if m is not None else None
         if c is None or m.group("op") in _P2P:
@@ -139,7 +122,7 @@ def error_trace_rule(text: str, file: str) -> list[Verdict]:
     each other over the interface NCCL picked), in its NVLS code a possible MN1. Not when a peer is said to have
     gone away: then the socket failed because another rank died first."""
     started: set[str] = set()
-    for line_no, line in _lines_with(text, " -> ", _after_digit):
+    for line_no, line in lines_with(text, " -> ", _after_digit):
         m = _TRACE.search(line)
         if m is None or m.group("who") in started:
             continue

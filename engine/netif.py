@@ -5,6 +5,7 @@ import re
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.textfind import lines_with
 
 # "Bootstrap : Using eth0:10.0.0.1<0>", "NET/Socket : Using [0]docker0:172.17.0.2<0> [1]eth0:...",
 # NCCL 2.4 and older: "NET : Using interface lo:127.0.0.1<0>"
@@ -31,21 +32,14 @@ def interface_choices(text: str, file: str) -> list[tuple[Evidence, list[str]]]:
     out, seen = [], set()
     if "NCCL" not in text or ": Using" not in text and ":Using" not in text:
         return out
-    at = text.find("Using")
-    while at >= 0:
-        start = text.rfind("\n", 0, at) + 1
-        end = text.find("\n", at)
-        end = len(text) if end < 0 else end
-        line = text[start:end]
+    for line_no, line in lines_with(text, "Using"):
         m = _USING.search(line)
         if m and "NET/IB" not in line:
             names = [i.group(1) for i in _IFACE.finditer(m.group(1))]
             key = tuple(names)
             if names and key not in seen:
                 seen.add(key)
-                out.append((Evidence(file, text.count("\n", 0, start) + 1, line, "rule:nccl-unreachable-interface"),
-                            names))
-        at = text.find("Using", end)
+                out.append((Evidence(file, line_no, line, "rule:nccl-unreachable-interface"), names))
     return out
 
 

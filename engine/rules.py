@@ -5,6 +5,7 @@ import re
 
 from gpudoctor.engine.findings import Evidence, Finding
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.textfind import line_at
 from gpudoctor.engine.zero_setup import SETUP_FRAME  # ZeRO's optimizer-state set-up, by its frames' names
 from gpudoctor.kb.record import record, replace
 
@@ -221,8 +222,7 @@ def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
         gpus = set(_CUDA_INDEX.findall(m.group("devices")))
         if len(gpus) < 2:
             continue
-        line_no = text.count("\n", 0, m.start()) + 1
-        line = text.splitlines()[line_no - 1]
+        line_no, line = line_at(text, m.start())
         return [Verdict("P2", "rule:multi-device-module", (Evidence(file, line_no, line, "rule:multi-device-module"),),
                         rule_out=True,
                         note=f"not P2: line {line_no} shows the module's parameters on {len(gpus)} GPUs; a model spread "
