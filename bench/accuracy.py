@@ -27,7 +27,8 @@ SEALED = ROOT / "tests" / "data" / "sealed"
 # --batches: the dev batch's first run is a third unseen figure, the sealed batch a larger sealed sample
 BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "manifest-[g-j].yaml"),
            "dev-1127b": (DEV, "manifest-n[4-6].yaml"),
-           "dev-1127c": (DEV, "manifest-n[7-9].yaml"), "sealed-1127b": (SEALED, "manifest-[k-z].yaml")}
+           "dev-1127c": (DEV, "manifest-n[7-9].yaml"), "sealed-1127b": (SEALED, "manifest-[k-z].yaml"),
+           "dev-1127d": (DEV, "manifest-p[0-9].yaml"), "sealed-1127c": (SEALED, "manifest-2[a-z].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 BASELINE_LINES = 5
 # what a user would pick out of a log as "the error lines" to paste into a search box
@@ -101,7 +102,8 @@ def evaluate_cases(cases: list[dict], catalog=None, use_hyperscan: bool = True) 
         keyword = [h.id for h in index.search(query, limit=3)] if query else []
         rows.append({"path": case["path"], "expect": case.get("expect"), "framework": case["framework"],
                      "matches": matches[:3], "possible": possible[:3], "ranked": (matches + possible)[:3],
-                     "baseline": keyword, "possible_alone": alone[:3]})
+                     "baseline": keyword, "possible_alone": alone[:3],
+                     "public": str(case.get("source", "")).startswith("public")})
     return summarize(rows)
 
 
@@ -229,6 +231,8 @@ def main(argv=None) -> int:
 
     catalog = load_catalog(use_cache=False)
     sets = {"dev": evaluate_cases(load_cases(DEV, "manifest*.yaml"), catalog, not args.no_hyperscan)}
+    # the development set without the logs reproduced here (tests/data/gen): only real users' logs
+    sets["dev-public"] = summarize([r for r in sets["dev"]["rows"] if r["public"]])
     sealed = [] if args.dev_only else load_cases(SEALED, "manifest*.yaml")
     if sealed:
         sets["sealed"] = evaluate_cases(sealed, catalog, not args.no_hyperscan)
