@@ -116,8 +116,21 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
         out.write("Try: gpudoctor search \"<first error line>\", or add your own runbook with --kb.")
     elif not matches:
         out.write("")
-        out.write("These are guesses from the failure lines and their context: no signature fired.")
-        out.write("Read the entries (gpudoctor show ID) and check them against the log.")
+        if from_content_only(possible):
+            out.write("No failure line was found in this log: these guesses only say which entries its")
+            out.write("content (the launch, the config, what it printed) reads like. Check them against")
+            out.write("what you saw, or pass the log of the run that failed.")
+        else:
+            out.write("These are guesses from the failure lines and their context: no signature fired.")
+            out.write("Read the entries (gpudoctor show ID) and check them against the log.")
+
+
+def from_content_only(possible) -> bool:
+    """Whether every possible cause rests on the log's content alone, the log holding no failure line
+    (engine/context_guess.py)."""
+    from gpudoctor.engine.context_guess import BASIS
+
+    return bool(possible) and all(tuple(getattr(f, "signatures", ())) == (BASIS,) for f in possible)
 
 
 def _text_possible(diagnosis, out: Out, possible, w: int) -> None:
@@ -196,6 +209,8 @@ def render_markdown(diagnosis) -> str:
     matches, possible = split_tiers(diagnosis.findings)
     if not diagnosis.findings:
         lines += ["No known cause: nothing in the gpudoctor catalogue matches these logs.", ""]
+    elif not matches and from_content_only(possible):
+        lines += ["No known cause matched, and no failure line was found. The log's content reads most like:", ""]
     elif not matches:
         lines += ["No known cause matched. Possibly:", ""]
     for k, f in enumerate(matches, 1):
