@@ -226,3 +226,13 @@ def test_failure_lines_read_together_reorder_the_guesses(monkeypatch):
     alone = guesses()
     assert pooled[0] == "P2" and alone[0] != "P2"
     assert set(pooled) <= set(alone) | {"P2"}
+
+
+def test_horovod_stall_warning_alone_leans_to_d19_without_a_finding():
+    """The stall inspector warns whenever a rank lags a minute: a desync (D19), a rank-0-only collective (D21), a
+    rank out of data (D9), an elastic scale-up (MN6) or a slow rank. Alone it names D19 first, as a guess."""
+    d = run("[2023-03-01 10:00:01.000000: W horovod/common/stall_inspector.cc:105] One or more tensors were submitted "
+            "to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more "
+            "than 60 seconds. This may indicate that different ranks are trying to submit different tensors or that "
+            "only subset of ranks is submitting tensors, which will cause deadlock.")
+    assert [f.tier for f in d.findings][:1] == ["possible"] and d.findings[0].id == "D19"
