@@ -47,15 +47,16 @@ def _distinct_lines(texts: dict[str, str]) -> list[tuple[str, int, str]]:
     return picked[::-1]
 
 
-def _evidence(lines: list[tuple[str, int, str]], matched: tuple[str, ...]) -> tuple[Evidence, ...]:
-    """The one or two lines that hold most of the words the entry matched on (the later line on a tie)."""
+def _evidence(lines: list[tuple[str, int, str]], matched: tuple[str, ...], weight) -> tuple[Evidence, ...]:
+    """The one or two lines that hold most of the words the entry matched on, each word by its rarity in the
+    catalogue (weight: term -> idf), the later line on a tie."""
     from gpudoctor.kb.search import tokenize
 
     words = {w.lower() for w in matched}
     scored = []
     for k, (name, number, text) in enumerate(lines):
-        held = len(words & set(tokenize(text)))
-        if held:
+        held = sum(weight(w) for w in words & set(tokenize(text)))
+        if held > 0:
             scored.append((held, k, name, number, text))
     scored.sort(key=lambda s: (-s[0], -s[1]))
     best = sorted(scored[:2], key=lambda s: s[1])
@@ -76,7 +77,7 @@ def context_findings(catalog, texts: dict[str, str], exclude: set[str]) -> list[
         entry = entries.get(hit.id)
         if hit.score < MIN_SCORE or entry is None or hit.id in exclude or entry.section == "guides":
             continue
-        evidence = _evidence(lines, hit.matched)
+        evidence = _evidence(lines, hit.matched, index._idf)
         if not evidence:
             continue
         found.append(Finding(id=entry.id, title=entry.title, score=round(min(hit.score, 1.0) * SCALE, 3),
