@@ -32,7 +32,7 @@ def _distinct_lines(texts: dict[str, str]) -> list[tuple[str, int, str]]:
         text = texts[name]
         start = max(0, len(text) - TAIL_CHARS)
         first_line = text.count("\n", 0, start) + 1
-        lines = text[start:].splitlines()
+        lines = text[start:].split("\n")  # numbered as the scanner numbers them: by newline alone
         if start:
             lines, first_line = lines[1:], first_line + 1  # the first one may be cut
         for offset in range(len(lines) - 1, -1, -1):

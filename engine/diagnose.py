@@ -278,7 +278,8 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
             return []  # a weak signature alone, with no failure in sight, is no reason to guess
         from gpudoctor.engine.context_guess import context_findings
 
-        return context_findings(catalog, texts, matched)  # no failure at all: what the log's content reads like
+        readable = {s.name: texts[s.name] for s, scan in scans if s.name in texts and not scan.binary}
+        return context_findings(catalog, readable, matched)  # no failure at all: what the log's content reads like
     matched |= {h.id for h in hinted}
     if findings:
         found = [f for f in possible_findings(catalog, lines, matched, LIMIT_BESIDE_MATCH) if f.score >= STRONG_POSSIBLE]

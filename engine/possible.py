@@ -173,7 +173,7 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
         scores.sort(key=lambda s: -s[0])
         weak, weak_evidence = prior.get(eid, (0.0, ()))
         standing = (aggregate([s for s, _ in scores]) if scores else 0.0) + PRIOR_GAIN * weak
-        evidence = [ev for _, ev in scores[:2]] or list(weak_evidence)[:2]
+        evidence = list({(ev.file, ev.line): ev for _, ev in scores}.values())[:2] or list(weak_evidence)[:2]
         if evidence:
             ranked.append((standing, eid, evidence))
     ranked.sort(key=lambda r: (-r[0], r[1]))

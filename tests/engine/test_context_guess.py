@@ -91,3 +91,19 @@ def test_the_cli_says_the_guesses_rest_on_content_and_exits_1(tmp_path):
     doc = json.loads(js.stdout)
     assert doc["findings"] and all(f["tier"] == "possible" for f in doc["findings"])
     assert all(f["signatures"] == [BASIS] for f in doc["findings"])
+
+
+def test_lines_are_numbered_by_newline_alone():
+    # a form feed or a vertical tab is no line break for the scanner, so not for the evidence either
+    text = "header\x0cstill line one\nline two\x0bwith a tab\nline three\n"
+    picked = _distinct_lines({"f.log": text})
+    assert [n for _, n, _ in picked] == [1, 2, 3]
+
+
+def test_a_binary_source_gets_no_guess_from_its_garbage(tmp_path):
+    from gpudoctor.engine.sources import resolve
+
+    blob = tmp_path / "core.bin"
+    blob.write_bytes(b"\x00\x01accelerate launch num_processes\x00\n" * 50 + bytes(range(256)) * 40)
+    d = diagnose(CATALOG, resolve([str(blob)]))
+    assert all(f.signatures != (BASIS,) for f in d.findings)
