@@ -36,9 +36,12 @@ _ALLOCATING = _lazy(r"\b(?:initialize_optimizer_states|_create_fp32_partitions|_
 #   runtime/zero/stage_1_and_2.py __init__ (rank 0): logger.info(f"Reduce bucket size {reduce_bucket_size}")
 #   runtime/zero/stage3.py __init__: see_memory_usage("Stage 3 initialize beginning", force=True)
 #   both stages: see_memory_usage("Before initializing optimizer states" / "Before creating fp16|fp32 partitions")
+#   zero/parameter_offload.py (0.6-0.16): see_memory_usage("DeepSpeedZeRoOffload initialize [begin]");
+#   bf16_optimizer.py (0.6-0.16): see_memory_usage('begin bf16_optimizer' / f'before initializing group {i}')
 _SETUP_BEGINS = _lazy(r"Creating (?:fp16|bf16|fp32|torch\.\w+) ZeRO stage (?P<stage>[0-3]) optimizer|"
                       r"\bReduce bucket size \d+|Stage 3 initialize beginning|"
-                      r"Before initializing optimizer states|Before creating fp(?:16|32) partitions")
+                      r"Before initializing optimizer states|Before creating fp(?:16|32) partitions|"
+                      r"DeepSpeedZeRoOffload initialize \[begin\]|\bbegin bf16_optimizer|before initializing group \d+")
 # ... and the ones that say it got through: see_memory_usage("After initializing ZeRO optimizer"),
 # logger.info("optimizer state initialized") (stage_1_and_2.py), log_dist("DeepSpeed Final Optimizer = {}")
 # (engine.py _configure_optimizer), log_dist("DeepSpeed LR Scheduler = {}") and "DeepSpeedEngine configuration:"
@@ -46,6 +49,7 @@ _SETUP_BEGINS = _lazy(r"Creating (?:fp16|bf16|fp32|torch\.\w+) ZeRO stage (?P<st
 # printed after deepspeed_init), anything a training step prints, and a frame of the step itself (a traceback through
 # the engine's step, backward or forward was raised after set-up).
 _SETUP_ENDS = _lazy(r"After initializing ZeRO optimizer|optimizer state initialized|DeepSpeed Final Optimizer = |"
+                    r"\bend bf16_ ?optimizer|"
                     r"DeepSpeed LR Scheduler = |DeepSpeedEngine configuration|"
                     r"\*\*\*\*\* Running training \*\*\*\*\*|"
                     r"[{ ,]'loss': |\d ?(?:it/s|s/it)\]|\bsteps?[=: ]+\d+\b.*\bloss\b|\[deepspeed\] OVERFLOW!|"

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from gpudoctor.engine.display import clean_for_display, strip_ansi, visible_text
 from gpudoctor.engine.prefix import MAX_PREFIXES, LinePrefix, parse_prefix
+from gpudoctor.engine.prefix_rules import STRONG, WEAK
 from gpudoctor.engine.timefmt import iso_to_epoch
 from gpudoctor.kb.record import fields, replace
 
@@ -363,17 +364,19 @@ def test_never_raises_and_body_is_a_suffix(line: str) -> None:
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_PREFIXES, max_size=6).map("".join), _TEXT)
 @example("[rank1]:", "  >0")  # an indented quote mark behind a rank prefix (found by Hypothesis)
+@example("[rank1]:", "0.: 0")  # a pdsh-like host label behind a rank prefix (found by Hypothesis)
 def test_stripping_is_idempotent(prefixes: str, tail: str) -> None:
     p = parse_prefix(prefixes + tail)
     assert visible_text(prefixes + tail).endswith(p.body)
     if len(p.kinds) < MAX_PREFIXES:
         again = parse_prefix(p.body)
-        # the exceptions: srun's "N: " label and a reply's "> " quote marks are only read on the outside of a
-        # line (its indentation included), so a body that starts with one is stripped further when parsed as a
-        # line of its own
+        # the exceptions: the columns only read on the outside of a line (its indentation included): srun's
+        # "N: " label, a reply's "> " quote marks, pdsh's "host: ", kubectl's "[pod/...]" and compose's
+        # "name-1  | ". A body that starts with one is stripped further when parsed as a line of its own
+        outer_only = {r.kind for r in STRONG + WEAK if r.outer_only}
         outer = [k for k in again.kinds if k != "indent"][:1]
-        assert again.kinds == () or again.kinds[0] in ("slurm", "quote") or outer in (["slurm"], ["quote"])
-        assert again.body == p.body or outer in (["slurm"], ["quote"])
+        assert again.kinds == () or again.kinds[0] in outer_only or set(outer) <= outer_only and outer
+        assert again.body == p.body or (outer and outer[0] in outer_only)
         assert p.body.endswith(again.body)
 
 
