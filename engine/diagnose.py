@@ -273,13 +273,13 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
     if findings and sum(s.lines for _src, s in scans) > PASTE_LINES:
         return hinted[:LIMIT_BESIDE_MATCH]
     lines = failure_lines(scans, patterns, texts)
-    if not lines and not hinted:
-        if findings:
-            return []  # a weak signature alone, with no failure in sight, is no reason to guess
+    if not lines and not findings:  # no failure at all: what the structure hints at, then what the content reads like
         from gpudoctor.engine.context_guess import context_findings
 
         readable = {s.name: texts[s.name] for s, scan in scans if s.name in texts and not scan.binary}
-        return context_findings(catalog, readable, matched)  # no failure at all: what the log's content reads like
+        return (hinted + context_findings(catalog, readable, matched | {h.id for h in hinted}))[:LIMIT]
+    if not lines and not hinted:
+        return []  # a weak signature alone, with no failure in sight, is no reason to guess
     matched |= {h.id for h in hinted}
     if findings:
         found = [f for f in possible_findings(catalog, lines, matched, LIMIT_BESIDE_MATCH) if f.score >= STRONG_POSSIBLE]

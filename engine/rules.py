@@ -280,6 +280,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     """Every rule's verdict. texts: the whole text of small inputs; for others, the scanner's windows
     (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
     from gpudoctor.engine.ds_auto import auto_float_rule
+    from gpudoctor.engine.init_wait import init_wait_rule
     from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, interface_rule
 
     verdicts: list[Verdict] = []
@@ -299,6 +300,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(zero_setup_rule(whole, scan.name))
             verdicts.extend(sharded_load_rule(whole, scan.name))
             verdicts.extend(auto_float_rule(whole, scan.name))
+            verdicts.extend(init_wait_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

@@ -1,0 +1,60 @@
+"""A log that stops while its process waits for the others to join the process group (D2, as a possible cause).
+
+Launchers and trainers announce that a process has begun joining the group and, once every process has arrived
+through the rendezvous store, that the group is formed. A log whose last lines are the first announcement, with
+neither the second nor any error after it, shows a process that sat waiting for peers that never came: the other
+nodes point at another address or port, or were never started (a SLURM job run without `srun`, a second node
+launched as a job of its own). That reading stays a possible cause: the log was maybe only cut there. A log in
+which every member announced itself is no such case: they all reached the store (each per-rank file is read alone,
+so there the reading stays a guess).
+
+Begun, by the code that prints it:
+  Lightning 1.0-1.5 plugins/training_type/ddp.py, ddp_spawn.py: log.info(f"initializing ddp: GLOBAL_RANK: {r},
+    MEMBER: {r + 1}/{world_size}"); 1.6-2.x fabric/utilities/distributed.py _init_dist_connection: "Initializing
+    distributed: GLOBAL_RANK: ..."; strategies/deepspeed.py: "initializing deepspeed distributed: GLOBAL_RANK: ..."
+  torch 1.8-1.13 distributed_c10d.py _store_based_barrier: logger.info("Added key: {} to store for rank: {}")
+Formed:
+  Lightning: "All DDP processes registered. Starting ddp with {} processes" (1.x), "All distributed processes
+    registered. Starting with {} processes" (1.6-2.x)
+  torch: "Rank {}: Completed store-based barrier for key:{} with {} nodes."
+"""
+from __future__ import annotations
+
+from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+
+_BEGUN = _lazy(r"(?:initializing ddp|[Ii]nitializing distributed|initializing deepspeed distributed): GLOBAL_RANK: "
+               r"(?P<rank>\d+), MEMBER: \d+/(?P<world>\d+)|Added key: store_based_barrier_key:\d+ to store for rank: \d+")
+_FORMED = _lazy(r"All (?:DDP|distributed) processes registered|Completed store-based barrier for key")
+# anything after the announcement that says the run went on or failed instead of waiting
+_WENT_ON = _lazy(r"Traceback|Error\b|error:|Exception|WARN|Killed|SIGTERM|timed? ?out|[Ee]poch|\bstep\b|it/s|s/it|"
+                 r"\bloss\b")
+TAIL_LINES = 4  # the announcement must be among the file's last non-blank lines
+SCORE = 0.5
+
+
+def waiting_at_init(text: str, file: str) -> tuple[Evidence, ...] | None:
+    """The announcement line when the text ends waiting for the group to form; None otherwise."""
+    lines = text.rstrip().split("\n")
+    tail = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()][-TAIL_LINES:]
+    # every member announced itself in this log: they all reached the store, so none of them waits for a missing one
+    members = {int(m.group("rank")): int(m.group("world")) for m in map(_BEGUN.search, lines) if m and m.group("rank")}
+    if members and len(members) >= max(members.values()):
+        return None
+    for k, (n, line) in enumerate(tail):
+        m = _BEGUN.search(line)
+        if m is None or (m.group("world") is not None and int(m.group("world")) < 2):
+            continue
+        after = [rest for _, rest in tail[k + 1:]]
+        if any(_FORMED.search(rest) or _WENT_ON.search(rest) for rest in after):
+            return None
+        return (Evidence(file, n, line.strip(), "hint:waiting-at-init"),)
+    return None
+
+
+def init_wait_rule(text: str, file: str) -> list:
+    """A possible D2 for a text that ends waiting for its peers to join the process group."""
+    from gpudoctor.engine.rules import Verdict
+
+    found = waiting_at_init(text, file)
+    return [Verdict("D2", "hint:waiting-at-init", found, score=SCORE, tier="possible")] if found else []

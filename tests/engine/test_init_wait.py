@@ -1,0 +1,73 @@
+"""A log that stops while waiting for the other processes to join the group: a possible D2 (engine/init_wait.py)."""
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from gpudoctor.engine.diagnose import diagnose
+from gpudoctor.engine.init_wait import waiting_at_init
+from gpudoctor.engine.sources import Source
+from gpudoctor.kb.catalog import load_catalog
+
+CATALOG = load_catalog(use_cache=False)
+
+# the lines Lightning 1.4 prints (plugins/training_type/ddp.py) on the first node of a two-node job whose second
+# node never started
+LIGHTNING_14 = """\
+Multi-processing is handled by Slurm.
+GPU available: True, used: True
+TPU available: False, using: 0 TPU cores
+initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8
+"""
+REGISTERED = LIGHTNING_14 + """\
+----------------------------------------------------------------------------------------------------
+distributed_backend=nccl
+All DDP processes registered. Starting ddp with 8 processes
+----------------------------------------------------------------------------------------------------
+"""
+
+
+def run(text: str):
+    return diagnose(CATALOG, [Source("<stdin>", None, None)], stdin=io.BytesIO(text.encode()))
+
+
+def test_a_log_that_ends_at_the_init_announcement_names_d2_as_possible():
+    d = run(LIGHTNING_14)
+    assert [(f.id, f.tier) for f in d.findings][:1] == [("D2", "possible")]
+    assert d.findings[0].evidence[0].line == 4 and "GLOBAL_RANK: 0" in d.findings[0].evidence[0].text
+
+
+@pytest.mark.parametrize("text", [
+    REGISTERED,  # the group formed
+    LIGHTNING_14 + "Traceback (most recent call last):\nRuntimeError: boom\n",  # it failed instead of waiting
+    "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/1\n",  # a group of one waits for nobody
+    # every member announced itself: all reached the store
+    "".join(f"initializing ddp: GLOBAL_RANK: {r}, MEMBER: {r + 1}/4\n" for r in range(4)),
+    LIGHTNING_14 + "Epoch 0:  12%|#2        | 30/250 [00:10<01:13, 3.0it/s, loss=2.31]\n",  # training went on
+])
+def test_no_hint_when_the_group_formed_or_the_run_went_on(text):
+    assert waiting_at_init(text, "x.log") is None
+
+
+def test_torch_store_based_barrier_wait_and_its_completion():
+    began = "INFO:torch.distributed.distributed_c10d:Added key: store_based_barrier_key:1 to store for rank: 0\n"
+    assert waiting_at_init("loading data\n" + began, "x.log")
+    done = began + "INFO:torch.distributed.distributed_c10d:Rank 0: Completed store-based barrier for key:store_based_barrier_key:1 with 16 nodes.\n"
+    assert waiting_at_init(done, "x.log") is None
+
+
+def test_the_announcement_must_be_near_the_end():
+    text = LIGHTNING_14 + "".join(f"loading shard {i}\n" for i in range(10))
+    assert waiting_at_init(text, "x.log") is None
+
+
+def test_cli_exit_1_and_the_hint_first(tmp_path):
+    log = tmp_path / "node0.log"
+    log.write_text(LIGHTNING_14)
+    out = subprocess.run([sys.executable, "-m", "gpudoctor", "diagnose", str(log)], capture_output=True, text=True,
+                         env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "80"})
+    assert out.returncode == 1, out.stderr
+    assert " 1. D2 " in out.stdout and "possible" in out.stdout
