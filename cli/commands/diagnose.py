@@ -15,6 +15,8 @@ betray each, the fix, and the probe that would confirm it. When no signature
 fires but the log shows a failure (a traceback, a NCCL WARN, a timeout, a killed
 rank), it lists the entries whose words the failure lines share as possible
 causes, kept apart from confident findings ("No known cause matched. Possibly:").
+A log with no failure line at all gets, at most, fainter guesses from its content
+(the launch, the config it echoes, where it stopped), marked as such.
 
 examples:
   gpudoctor diagnose < nccl.log
