@@ -126,11 +126,9 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
 
 
 def from_content_only(possible) -> bool:
-    """Whether every possible cause rests on the log's content alone, the log holding no failure line
-    (engine/context_guess.py)."""
-    from gpudoctor.engine.context_guess import BASIS
+    from gpudoctor.engine.context_guess import from_content_only as content_only
 
-    return bool(possible) and all(tuple(getattr(f, "signatures", ())) == (BASIS,) for f in possible)
+    return content_only(possible)
 
 
 def _text_possible(diagnosis, out: Out, possible, w: int) -> None:

@@ -84,3 +84,8 @@ def context_findings(catalog, texts: dict[str, str], exclude: set[str]) -> list[
                              evidence=evidence, fix=entry.fix_summary, probes=entry.probes, signatures=(BASIS,),
                              tier="possible"))
     return found[:LIMIT]
+
+
+def from_content_only(findings) -> bool:
+    """Whether every finding is a guess resting on the log's content alone (the log holds no failure line)."""
+    return bool(findings) and all(tuple(getattr(f, "signatures", ())) == (BASIS,) for f in findings)

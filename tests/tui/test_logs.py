@@ -184,3 +184,14 @@ async def test_a_gzipped_log_is_inflated_for_the_view(make, tmp_path):
         assert log.logfile.line_count == len(D8_LOG.read_text().splitlines())
         line = screen.diagnosis.findings[0].evidence[0].line
         assert log.logfile.lines(line - 1, 1)[0] == D8_LOG.read_text().splitlines()[line - 1]
+
+
+async def test_a_log_without_failure_says_its_guesses_rest_on_content(make, tmp_path):
+    log = tmp_path / "launch.log"
+    log.write_text("- `Accelerate` default config:\n        - distributed_type: MULTI_GPU\n        - num_processes: 4\n"
+                   "I started it with python train.py and only GPU 0 is busy\n")
+    app = make()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_log(app, pilot, [log])
+        assert screen.diagnosis.findings and all(f.tier == "possible" for f in screen.diagnosis.findings)
+        assert "no failure line" in str(screen.query_one("#status").render())

@@ -15,6 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, OptionList, ProgressBar, Static
 from textual.widgets.option_list import Option
 
+from gpudoctor.engine.context_guess import from_content_only
 from gpudoctor.engine.display import clean_for_display
 from gpudoctor.kb.record import replace
 from gpudoctor.tui.logfile import Cancelled as IndexCancelled
@@ -153,6 +154,8 @@ class LogScreen(Screen):
         size = sum(i.bytes for i in diag.inputs)
         status = (f"{n} finding{'s' if n != 1 else ''} · {len(diag.inputs)} input(s), {size / 2**20:,.1f} MiB"
                   if n else "nothing in the catalogue explains this log")
+        if from_content_only(diag.findings):
+            status = f"no failure line: {n} guess{'es' if n != 1 else ''} from the log's content · {size / 2**20:,.1f} MiB"
         self.query_one("#status", Label).update(status)
         findings = self.query_one("#findings", OptionList)
         findings.clear_options()
