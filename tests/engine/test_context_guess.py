@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 
 from gpudoctor.engine.context_guess import BASIS, CONTEXT_CHARS, SCALE, _distinct_lines, context_findings
 from gpudoctor.engine.diagnose import diagnose
@@ -79,16 +77,13 @@ def test_excluded_entries_and_guides_are_never_offered():
     assert found and all(f.id != "D5" and not f.id.startswith("G") for f in found)
 
 
-def test_the_cli_says_the_guesses_rest_on_content_and_exits_1(tmp_path):
+def test_the_cli_says_the_guesses_rest_on_content_and_exits_1(tmp_path, cli_proc):
     log = tmp_path / "env.log"
     log.write_text(ENV_ONLY)
-    out = subprocess.run([sys.executable, "-m", "gpudoctor", "diagnose", str(log)], capture_output=True, text=True,
-                         env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "80"})
-    assert out.returncode == 1, out.stderr
-    assert "No failure line was found in this log" in out.stdout
-    js = subprocess.run([sys.executable, "-m", "gpudoctor", "diagnose", "--json", str(log)], capture_output=True,
-                        text=True)
-    doc = json.loads(js.stdout)
+    out = cli_proc("diagnose", str(log), env={"NO_COLOR": "1", "COLUMNS": "80"})
+    assert out.code == 1, out.err
+    assert "No failure line was found in this log" in out.out
+    doc = json.loads(cli_proc("diagnose", "--json", str(log)).out)
     assert doc["findings"] and all(f["tier"] == "possible" for f in doc["findings"])
     assert all(f["signatures"] == [BASIS] for f in doc["findings"])
 

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 
 import pytest
 
@@ -64,10 +62,9 @@ def test_the_announcement_must_be_near_the_end():
     assert waiting_at_init(text, "x.log") is None
 
 
-def test_cli_exit_1_and_the_hint_first(tmp_path):
+def test_cli_exit_1_and_the_hint_first(tmp_path, cli_proc):
     log = tmp_path / "node0.log"
     log.write_text(LIGHTNING_14)
-    out = subprocess.run([sys.executable, "-m", "gpudoctor", "diagnose", str(log)], capture_output=True, text=True,
-                         env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin", "COLUMNS": "80"})
-    assert out.returncode == 1, out.stderr
-    assert " 1. D2 " in out.stdout and "possible" in out.stdout
+    out = cli_proc("diagnose", str(log), env={"NO_COLOR": "1", "COLUMNS": "80"})
+    assert out.code == 1, out.err
+    assert " 1. D2 " in out.out and "possible" in out.out
