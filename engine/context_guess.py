@@ -22,8 +22,7 @@ BASIS = "log-content"  # the signature name such a finding carries, so that repo
 def _distinct_lines(texts: dict[str, str]) -> list[tuple[str, int, str]]:
     """(file, line number, text) of the last distinct non-blank lines across the texts, in reading order, their
     prefixes (rank tags, timestamps) left out, as many as fit in CONTEXT_CHARS."""
-    from gpudoctor.engine.possible import _PATH, _file_name
-    from gpudoctor.engine.prefix import parse_prefix
+    from gpudoctor.engine.possible import line_words
 
     picked: list[tuple[str, int, str]] = []
     seen: set[str] = set()
@@ -36,7 +35,7 @@ def _distinct_lines(texts: dict[str, str]) -> list[tuple[str, int, str]]:
         if start:
             lines, first_line = lines[1:], first_line + 1  # the first one may be cut
         for offset in range(len(lines) - 1, -1, -1):
-            body = " ".join(_PATH.sub(_file_name, parse_prefix(lines[offset]).body).split())[:LINE_CHARS]
+            body = line_words(lines[offset])[:LINE_CHARS]
             if not body or body in seen:
                 continue
             if size + len(body) + 1 > CONTEXT_CHARS:
@@ -65,19 +64,19 @@ def _evidence(lines: list[tuple[str, int, str]], matched: tuple[str, ...], weigh
 
 def context_findings(catalog, texts: dict[str, str], exclude: set[str]) -> list[Finding]:
     """The entries the log's content reads most like, as tier "possible" with their shown score, best first."""
-    from gpudoctor.engine.possible import _specific_index
+    from gpudoctor.engine.possible import failure_line_index
 
     lines = _distinct_lines(texts)
     if not lines:
         return []
-    index = catalog.derived("failure-line-index", _specific_index)
+    index = failure_line_index(catalog)
     entries = {e.id: e for e in catalog}
     found = []
     for hit in index.search("\n".join(text for _, _, text in lines), limit=LIMIT + len(exclude) + 1, lines=False):
         entry = entries.get(hit.id)
         if hit.score < MIN_SCORE or entry is None or hit.id in exclude or entry.section == "guides":
             continue
-        evidence = _evidence(lines, hit.matched, index._idf)
+        evidence = _evidence(lines, hit.matched, index.idf)
         if not evidence:
             continue
         found.append(Finding(id=entry.id, title=entry.title, score=round(min(hit.score, 1.0) * SCALE, 3),

@@ -71,6 +71,19 @@ def aggregate(scores: list[float]) -> float:
 _PATH = _lazy(r"(?:\b[A-Za-z]:)?(?:[\w.~+-]*[/\\])+([\w.+-]+?)(?::\d+)*:?(?=[\s\]),'\"]|$)")
 
 
+def line_words(text: str) -> str:
+    """A log line as words to search: its prefixes (rank tags, timestamps) left out, paths cut to their file names,
+    whitespace collapsed."""
+    from gpudoctor.engine.prefix import parse_prefix
+
+    return " ".join(_PATH.sub(_file_name, " ".join(parse_prefix(text).body.split())).split())
+
+
+def failure_line_index(catalog):
+    """The catalogue's search index for log lines, built once per catalogue object."""
+    return catalog.derived("failure-line-index", _specific_index)
+
+
 def _file_name(m: re.Match) -> str:
     """A path's file name; prose with a slash in it ("corrupted/incomplete", "and/or") stays as it is."""
     whole, name = m.group(0), m.group(1)
@@ -122,13 +135,10 @@ def _add_fused(index, informative: list[tuple[Evidence, float]], best: dict) -> 
     the collective or the launcher on the next) scores as a whole, not line by line. It only reorders the entries
     some line reached alone (a log no line ties to any entry gets no guess from words pooled across it), and its
     evidence is that entry's own best line."""
-    from gpudoctor.engine.prefix import parse_prefix
-
     picked = [ev for ev, weight in informative if weight >= 0.5][-FUSED_LINES:]
     if len(picked) < 2:
         return  # one line was searched alone already
-    query = "\n".join(" ".join(_PATH.sub(_file_name, " ".join(parse_prefix(ev.text).body.split())).split())
-                      [:MAX_QUERY_CHARS] for ev in picked)
+    query = "\n".join(line_words(ev.text)[:MAX_QUERY_CHARS] for ev in picked)
     for hit in index.search(query, limit=5, lines=False):
         if hit.score < MIN_SEARCH:
             continue
@@ -143,16 +153,14 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
 
     prior: entry id -> (score, evidence) of signatures that fired too weakly to report; they add to the words."""
     from gpudoctor.engine.errcodes import explain
-    from gpudoctor.engine.prefix import parse_prefix
 
     if not lines:
         return []
-    index = catalog.derived("failure-line-index", _specific_index)
+    index = failure_line_index(catalog)
     entries = {e.id: e for e in catalog}
     best: dict[str, list[tuple[float, Evidence]]] = {}
     for ev, weight in _informative(lines):
-        query = _PATH.sub(_file_name, " ".join(parse_prefix(ev.text).body.split()))
-        query = " ".join(query.split())[:MAX_QUERY_CHARS]
+        query = line_words(ev.text)[:MAX_QUERY_CHARS]
         meanings = explain(query)
         if meanings:  # "ncclSystemError" says little by itself; what it stands for says more
             query += " " + " ".join(m.text for m in meanings)

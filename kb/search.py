@@ -258,6 +258,10 @@ class SearchIndex:
         n, df = len(self.ids), self.df.get(term, 0)
         return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
+    def idf(self, term: str) -> float:
+        """How rare a term is across the entries (BM25's inverse document frequency): rarer says more."""
+        return self._idf(term)
+
     def _phrase_matches(self, q_lower: str):
         """(entry index, phrase, fuzz.partial_ratio) for each phrase of 12+ characters that scores 85 or more
         against the query: one call into rapidfuzz's C loop, whose cut-off also lets it give up early."""
