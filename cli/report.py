@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from gpudoctor.common import fit
+from gpudoctor.engine.context_guess import from_content_only
 from gpudoctor.term import Out, sanitize
 
 def _secret_patterns():
@@ -123,12 +124,6 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
         else:
             out.write("These are guesses from the failure lines and their context: no signature fired.")
             out.write("Read the entries (gpudoctor show ID) and check them against the log.")
-
-
-def from_content_only(possible) -> bool:
-    from gpudoctor.engine.context_guess import from_content_only as content_only
-
-    return content_only(possible)
 
 
 def _text_possible(diagnosis, out: Out, possible, w: int) -> None:

@@ -33,20 +33,35 @@ TAIL_LINES = 4  # the announcement must be among the file's last non-blank lines
 SCORE = 0.5
 
 
+def _tail(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of the text's last TAIL_LINES non-blank lines, read back from its end: a kept log may
+    hold 16 MiB, and neither a split of it nor a regex per line is needed."""
+    tail: list[tuple[int, str]] = []
+    end = len(text)
+    while end > 0 and len(tail) < TAIL_LINES:
+        start = text.rfind("\n", 0, end) + 1
+        line = text[start:end].rstrip("\r")
+        if line.strip():
+            tail.append((text.count("\n", 0, start) + 1, line))
+        end = start - 1
+    return tail[::-1]
+
+
 def waiting_at_init(text: str, file: str) -> tuple[Evidence, ...] | None:
     """The announcement line when the text ends waiting for the group to form; None otherwise."""
-    lines = text.rstrip().split("\n")
-    tail = [(n, line) for n, line in enumerate(lines, start=1) if line.strip()][-TAIL_LINES:]
-    # every member announced itself in this log: they all reached the store, so none of them waits for a missing one
-    members = {int(m.group("rank")): int(m.group("world")) for m in map(_BEGUN.search, lines) if m and m.group("rank")}
-    if members and len(members) >= max(members.values()):
-        return None
+    tail = _tail(text)
     for k, (n, line) in enumerate(tail):
         m = _BEGUN.search(line)
         if m is None or (m.group("world") is not None and int(m.group("world")) < 2):
             continue
-        after = [rest for _, rest in tail[k + 1:]]
-        if any(_FORMED.search(rest) or _WENT_ON.search(rest) for rest in after):
+        if any(_FORMED.search(rest) or _WENT_ON.search(rest) for _, rest in tail[k + 1:]):
+            return None
+        # every member announced itself in this log: they all reached the store, none waits for a missing one
+        from gpudoctor.engine.textfind import lines_with
+
+        members = {int(a.group("rank")): int(a.group("world")) for a in map(_BEGUN.search, (
+            found for _, found in lines_with(text, "GLOBAL_RANK: "))) if a and a.group("rank")}
+        if members and len(members) >= max(members.values()):
             return None
         return (Evidence(file, n, line.strip(), "hint:waiting-at-init"),)
     return None
