@@ -18,8 +18,10 @@ STRUCT = "@"  # owner of structural patterns, which no entry owns
 LOST_PEER = (
     r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|Broken pipe|Failed to recv, got 0 bytes|"
     r"communicator was aborted|remote process exited|Connection refused|ProcessGroup.*(?:aborted|shut ?down)|"
-    r"NCCL communicator.*abort"
+    r"NCCL communicator.*abort|aborted its NCCL communicators"
 )
+# (torch 1.8-1.11 ProcessGroupNCCL: "[Rank 1] Found key in store: NCCLABORTEDCOMM:..., from rank: 0. This means that
+# rank has aborted its NCCL communicators previously and is not in a healthy state. Aborting appropriate communicators")
 
 # Lines the engine parses to follow ranks, collectives and errors, whatever the catalogue says.
 STRUCTURAL = {  # name: (regex, literals one of which every match contains; a test checks them)

@@ -199,3 +199,19 @@ def test_torch_1_8_caught_timeout_for_work() -> None:
     import re
 
     assert re.search(STRUCTURAL["watchdog"][0], "[Rank 1] Caught collective operation timeout for work: WorkNCCL(")
+
+
+def test_torch_1_8_aborted_communicators_line_is_a_lost_peer() -> None:
+    """torch 1.8-1.11 ProcessGroupNCCL: a rank that finds a peer's NCCLABORTEDCOMM key in the store says so and aborts
+    its own communicators: it is waiting on the rank that failed, not failing itself."""
+    import re
+
+    from gpudoctor.engine.patterns import STRUCTURAL
+    from gpudoctor.engine.ranks import classify
+
+    aborted = ("[Rank 1] Found key in store: NCCLABORTEDCOMM:3a7f, from rank: 0. This means that rank has aborted its "
+               "NCCL communicators previously and is not in a healthy state.. Aborting appropriate communicators")
+    regex, literals = STRUCTURAL["lost-peer"]
+    assert re.search(regex, aborted) and any(lit in aborted for lit in literals)
+    assert classify(aborted) == "lost-peer"
+    assert classify("RuntimeError: NCCL error: unhandled system error, NCCL version 2.7.8") == "crash"
