@@ -6,7 +6,7 @@ import importlib
 import sys
 
 from gpudoctor import __version__
-from gpudoctor.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
+from gpudoctor.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PipeClosed, UserError
 
 
 # command name -> module under gpudoctor.commands; each has HELP, add_arguments(parser), run(args, out)
@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     except BrokenPipeError:  # `gpudoctor list | head` is not an error
         _silence(stdout)
         return EXIT_OK
+    except PipeClosed as closed:  # the same after a result that has an exit code of its own
+        _silence(stdout)
+        return closed.code
     except Exception as exc:  # noqa: BLE001 - the one place every unexpected error ends
         return _internal_error(exc, argv, stderr)
 

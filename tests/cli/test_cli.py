@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,32 @@ def test_closed_pipe_is_not_an_error(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.startswith("D19")
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+class _ClosedAfter:
+    """A standard output whose reader has gone (`| head -c 10` after its bytes): every write fails."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+
+@pytest.mark.parametrize("fmt", [["--json"], ["--format", "markdown"], []])
+def test_closed_pipe_keeps_the_diagnosis_exit_code(fmt):
+    """`gpudoctor diagnose log | head` still says "nothing matched" (1) when nothing did, and 0 after a match."""
+    import io
+
+    from gpudoctor.main import main
+
+    nothing = Path(__file__).resolve().parent.parent / "data" / "logs" / "negative"
+    log = sorted(nothing.glob("*.log"))[0]
+    example = Path(__file__).resolve().parents[2] / "examples" / "rank-crash-then-timeout"
+    for path, code in ((log, 1), (example, 0)):
+        err = io.StringIO()
+        assert main(["diagnose", *fmt, str(path)], stdout=_ClosedAfter(), stderr=err) == code, err.getvalue()
+        assert "Traceback" not in err.getvalue()
