@@ -1,5 +1,5 @@
 """Evidence from NCCL's own INFO lines: the interface each host picked (MN2) and the collective each process called
-at each opCount (D19)."""
+at each opCount (D19); and from the c10d watchdog's report of which collective timed out."""
 from __future__ import annotations
 
 from gpudoctor.engine.findings import Evidence
@@ -139,3 +139,33 @@ def error_trace_rule(text: str, file: str) -> list[Verdict]:
             return [Verdict(entry, "hint:nccl-error-trace", (Evidence(file, line_no, line, "hint:nccl-error-trace"),
                                                              why), score=0.45, tier="possible")]
     return []
+
+
+_WATCHDOG_CUT = "collective operation timeout:"
+_FIRST_WORK = _lazy(r"^\s*WorkNCCL\(SeqNum=1,")
+
+
+def first_collective_rule(text: str, file: str) -> list[Verdict]:
+    """A watchdog report wrapped after "timeout:" whose next line is the group's first work (SeqNum=1), and no later
+    work timed out anywhere: the communicator never carried a collective, so the cause is its set-up or the path
+    between the GPUs (P2P, interface, fabric), not a rank hidden behind the default timeout. MN3's signature reads
+    SeqNum on the report's own line; this is the same reading for a report split over two lines."""
+    if _WATCHDOG_CUT not in text or "SeqNum=" not in text:
+        return []
+    cut = None
+    for line_no, line in lines_with(text, "SeqNum="):
+        seq = line[line.find("SeqNum=") + 7:].split(",", 1)[0].split(")", 1)[0].strip()
+        if seq != "1":
+            return []  # a later collective timed out too
+        if cut is None and _FIRST_WORK.search(line):
+            cut = (line_no, line)
+    if cut is None:
+        return []
+    line_no, line = cut
+    before = text.split("\n", line_no - 1)[line_no - 2] if line_no > 1 else ""
+    if not before.rstrip().endswith(_WATCHDOG_CUT):
+        return []
+    note = (f"{file}: the first collective of the group (SeqNum=1) timed out: the communicator never carried data, "
+            f"so look at its set-up and the path between the GPUs (P2P, network interface), not at the timeout")
+    return [Verdict("MN3", "rule:first-collective-timeout", (Evidence(file, line_no, line, "rule:first-collective-timeout"),),
+                    rule_out=True, note=note)]

@@ -740,3 +740,23 @@ def test_every_oom_wording_holds_a_literal_the_whole_text_precheck_looks_for():
     for alternative in _OOM.pattern.split("|"):
         plain = _re.sub(r"\\(.)", r"\1", alternative)
         assert any(word in plain for word in _OOM_WORDS), alternative
+
+
+# torch's watchdog report (ProcessGroupNCCL.cpp: "Watchdog caught collective operation timeout: " << work << " ran for
+# ..."), as a post wraps it: the work on the next line
+_WRAPPED_WATCHDOG = ("Watchdog caught collective operation timeout:\nWorkNCCL(SeqNum={seq}, OpType=ALLREDUCE)\n\n"
+                     "c10::DistBackendError: watchdog thread terminated with exception\n"
+                     "process 1 terminated with signal SIGABRT\n")
+
+
+def test_a_wrapped_watchdog_report_of_the_first_collective_is_not_mn3(catalog):
+    first = run(catalog, _WRAPPED_WATCHDOG.format(seq=1))
+    assert "MN3" not in matches(first) and "MN3" not in possible(first)
+    assert any("first collective of the group (SeqNum=1)" in n for n in first.notes)
+    later = run(catalog, _WRAPPED_WATCHDOG.format(seq=57))
+    assert matches(later)[:1] == ["MN3"]
+    # another rank's report of a later collective: the group did carry data, MN3 stands
+    both = run(catalog, _WRAPPED_WATCHDOG.format(seq=1) + "[Rank 0] Watchdog caught collective operation timeout: "
+                        "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
+                        "600012 milliseconds before timing out.\n")
+    assert "MN3" in matches(both)
