@@ -121,13 +121,29 @@ def _rate(hits: int, total: int) -> float | None:
     return hits / total if total else None
 
 
+def wilson(hits: int, total: int, z: float = 1.96) -> tuple[float, float] | None:
+    """The 95% Wilson score interval of a proportion: with 90-odd sealed positives one log moves a figure by about a
+    point and the interval spans about twenty, so a change of a log or two is not a finding."""
+    if not total:
+        return None
+    p = hits / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * ((p * (1 - p) + z * z / (4 * total)) / total) ** 0.5 / (1 + z * z / total)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def summarize(rows: list[dict]) -> dict:
     pos = [r for r in rows if r["expect"]]
     neg = [r for r in rows if not r["expect"]]
     unmatched = [r for r in pos if not r["matches"]]
+    top1_hits = sum(r["matches"][:1] == [r["expect"]] for r in pos)
+    top3_hits = sum(r["expect"] in r["ranked"] for r in pos)
+    clean = sum(not r["matches"] for r in neg)
     figures = {
         "logs": len(rows), "positives": len(pos), "negatives": len(neg),
-        "top1": _rate(sum(r["matches"][:1] == [r["expect"]] for r in pos), len(pos)),
+        "intervals": {"top1": wilson(top1_hits, len(pos)), "top3": wilson(top3_hits, len(pos)),
+                      "negatives_clean": wilson(clean, len(neg))},
+        "top1": _rate(top1_hits, len(pos)),
         "top3": _rate(sum(r["expect"] in r["ranked"] for r in pos), len(pos)),
         # what the report names first, a guess included: the like-for-like figure beside the keyword baseline,
         # which always names something (top1 above counts confident matches only)
@@ -170,6 +186,10 @@ def _pct(value: float | None) -> str:
     return "   -  " if value is None else f"{value:6.1%}"
 
 
+def _span(interval) -> str:
+    return "   -  " if interval is None else f"{interval[0] * 100:.0f}-{interval[1] * 100:.0f}%"
+
+
 def _ok(row: dict) -> bool:
     return row["matches"][:1] == [row["expect"]] if row["expect"] else not row["matches"]
 
@@ -201,6 +221,9 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
         ("possible tier alone top-3 (no sigs)", lambda s: _pct(s["possible_alone_top3"])),
         ("keyword baseline top-1", lambda s: _pct(s["baseline_top1"])),
         ("keyword baseline top-3", lambda s: _pct(s["baseline_top3"])),
+        ("95% interval, top-1", lambda s: _span(s["intervals"]["top1"])),
+        ("95% interval, top-3", lambda s: _span(s["intervals"]["top3"])),
+        ("95% interval, negatives", lambda s: _span(s["intervals"]["negatives_clean"])),
     ]
     for label, fn in rows:
         lines.append(f"{label:<36}" + "".join(f"{fn(sets[n]):>12}" for n in names))

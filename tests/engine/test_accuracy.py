@@ -169,3 +169,12 @@ def test_every_manifest_names_a_known_framework():
     for base in (bench.DEV, bench.SEALED):
         for case in bench.load_cases(base, "manifest*.yaml"):
             assert case["framework"] in bench.FRAMEWORKS, (case["path"], case["framework"])
+
+
+def test_wilson_interval_matches_the_textbook_values():
+    accuracy = _bench()
+    low, high = accuracy.wilson(50, 100)
+    assert abs(low - 0.4038) < 1e-3 and abs(high - 0.5962) < 1e-3  # Wilson (1927), p = 0.5, n = 100
+    low, high = accuracy.wilson(0, 10)
+    assert low == 0.0 and abs(high - 0.2775) < 1e-3
+    assert accuracy.wilson(3, 0) is None
