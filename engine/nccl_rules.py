@@ -106,6 +106,9 @@ _LAYER = {
     "transport/net_socket.cc": ("MN2", "the socket transport between hosts"),
     "transport/net_socket.cu": ("MN2", "the socket transport between hosts"),
     "transport/nvls.cc": ("MN1", "NVLink SHARP multicast, which needs the NVSwitch fabric manager"),
+    "transport/shm.cc": ("D24", "the shared-memory transport between local GPUs, whose buffers live in /dev/shm"),
+    "misc/shmutils.cc": ("D24", "creating a shared-memory segment in /dev/shm"),
+    "include/shm.h": ("D24", "creating a shared-memory segment in /dev/shm"),
 }
 # a peer said to have gone away (lower-cased: str.find is many times faster than a case-blind regex on a 1 MB log)
 _PEER_GONE = ("closed by remote peer", "reset by peer", "remote process exited", "connection closed by")
@@ -119,7 +122,8 @@ def _after_digit(text: str, at: int) -> bool:
 
 def error_trace_rule(text: str, file: str) -> list[Verdict]:
     """Where NCCL's error back-trace starts: in its socket or bootstrap code a possible MN2 (hosts that cannot reach
-    each other over the interface NCCL picked), in its NVLS code a possible MN1. Not when a peer is said to have
+    each other over the interface NCCL picked), in its NVLS code a possible MN1, in its shared-memory code a possible
+    D24. Not when a peer is said to have
     gone away: then the socket failed because another rank died first."""
     started: set[str] = set()
     for line_no, line in lines_with(text, " -> ", _after_digit):

@@ -13,6 +13,7 @@ PROBES: tuple[Probe, ...] = (
           timeout_s=20),
     Probe("nic", "network interfaces NCCL would pick (NCCL_SOCKET_IFNAME, IB)", f"{_P}.nic:probe", timeout_s=10),
     Probe("mtu", "MTU along the path to a peer (jumbo frames)", f"{_P}.mtu:probe", timeout_s=20),
+    Probe("shm", "/dev/shm size and free space for NCCL's shared-memory transport", f"{_P}.shm:probe", timeout_s=10),
     Probe("fabric", "NVSwitch fabric manager running, version equal to the driver's", f"{_P}.fabric:probe",
           timeout_s=20, needs=("cuda",)),
     Probe("timeouts", "collective timeouts and async error handling for a dead rank", f"{_P}.timeouts:probe",

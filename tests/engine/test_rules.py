@@ -721,8 +721,11 @@ def test_nccl_error_trace_names_the_layer_that_failed(catalog):
     assert error_trace_rule(_trace(["/build/nccl/src/bootstrap.cc:270 -> 2 (Connection refused)"]), "j")[0].entry == "MN2"
     nvls = error_trace_rule(_trace(["transport/nvls.cc:123 -> 1", "init.cc:1400 -> 1"]), "job.log")
     assert [v.entry for v in nvls] == ["MN1"]
-    # shared memory (/dev/shm) and IB failures are not a wrong interface; a peer that went away is another rank's story
-    assert error_trace_rule(_trace(["include/shm.h:48 -> 2", "transport/shm.cc:100 -> 2"]), "job.log") == []
+    # shared memory (/dev/shm) failures are not a wrong interface: the shared-memory layer (D24); IB failures name
+    # no layer here, and a peer that went away is another rank's story
+    shm = error_trace_rule(_trace(["include/shm.h:48 -> 2", "transport/shm.cc:100 -> 2"]), "job.log")
+    assert [(v.entry, v.tier) for v in shm] == [("D24", "possible")] and "/dev/shm" in shm[0].evidence[1].text
+    assert error_trace_rule(_trace(["transport/net_ib.cc:1000 -> 6", "init.cc:1100 -> 6"]), "job.log") == []
     gone = _trace(["misc/socket.cc:540 -> 6"]) + "gpu-a:4242:4301 [0] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer 10.0.0.2<4000>\n"
     assert error_trace_rule(gone, "job.log") == []
     # through diagnose: a possible cause, never a confident one
