@@ -39,7 +39,8 @@ STRUCTURAL = {  # name: (regex, literals one of which every match contains; a te
     "init-complete": (r"Init COMPLETE", ("Init COMPLETE",)),
     "nccl-warn": (r" NCCL WARN ", (" NCCL WARN ",)),
     "lost-peer": (LOST_PEER, ("Connection ", "Connection refused", "remote worker crashing", "Broken pipe", "Failed to recv, got 0 bytes",
-                              "communicator was aborted", "remote process exited", "ProcessGroup", "NCCL communicator")),
+                              "communicator was aborted", "remote process exited", "ProcessGroup", "NCCL communicator",
+                              "aborted its NCCL communicators")),
     "signal": (r"Signal \d+ \(SIG[A-Z]+\) received by PID|exitcode\s*: -\d+", (") received by PID", "exitcode")),
     "mismatch": (r"Detected mismatch between collectives on ranks", ("Detected mismatch between collectives on ranks",)),
     # torchelastic's failure summary (torch/distributed/elastic/multiprocessing/errors/__init__.py, 1.9+): the block
