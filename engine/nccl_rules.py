@@ -147,29 +147,47 @@ def error_trace_rule(text: str, file: str) -> list[Verdict]:
 
 _WATCHDOG_CUT = "collective operation timeout:"
 _FIRST_WORK = _lazy(r"^\s*WorkNCCL\(SeqNum=1,")
+_TIMEOUT_WORDS = ("collective operation timeout", "Timeout at NCCL work")
 
 
 def first_collective_rule(text: str, file: str) -> list[Verdict]:
-    """A watchdog report wrapped after "timeout:" whose next line is the group's first work (SeqNum=1), and no later
-    work timed out anywhere: the communicator never carried a collective, so the cause is its set-up or the path
-    between the GPUs (P2P, interface, fabric), not a rank hidden behind the default timeout. MN3's signature reads
-    SeqNum on the report's own line; this is the same reading for a report split over two lines."""
-    if _WATCHDOG_CUT not in text or "SeqNum=" not in text:
+    """The group's first collective (SeqNum=1) timed out and no later one did: the communicator never carried data.
+
+    On one host that points at the path between its GPUs (peer-to-peer blocked by ACS or an IOMMU, a VM, a bad
+    NVLink): a possible D25. A watchdog report wrapped after "timeout:" with that first work on the next line also
+    rules out MN3, whose signature reads SeqNum on the report's own line and leaves SeqNum=1 out."""
+    if "SeqNum=" not in text or not any(word in text for word in _TIMEOUT_WORDS):
         return []
-    cut = None
+    first = cut = None
+    previous = ""
     for line_no, line in lines_with(text, "SeqNum="):
         seq = line[line.find("SeqNum=") + 7:].split(",", 1)[0].split(")", 1)[0].strip()
         if seq != "1":
-            return []  # a later collective timed out too
+            return []  # a later collective timed out (or ran): the group did carry data
+        if first is None and any(word in line for word in _TIMEOUT_WORDS):
+            first = (line_no, line)
         if cut is None and _FIRST_WORK.search(line):
-            cut = (line_no, line)
-    if cut is None:
+            previous = text.split("\n", line_no - 1)[line_no - 2] if line_no > 1 else ""
+            if previous.rstrip().endswith(_WATCHDOG_CUT):
+                cut = (line_no, line)
+                first = first or cut
+    if first is None:
         return []
-    line_no, line = cut
-    before = text.split("\n", line_no - 1)[line_no - 2] if line_no > 1 else ""
-    if not before.rstrip().endswith(_WATCHDOG_CUT):
-        return []
-    note = (f"{file}: the first collective of the group (SeqNum=1) timed out: the communicator never carried data, "
-            f"so look at its set-up and the path between the GPUs (P2P, network interface), not at the timeout")
-    return [Verdict("MN3", "rule:first-collective-timeout", (Evidence(file, line_no, line, "rule:first-collective-timeout"),),
-                    rule_out=True, note=note)]
+    verdicts = []
+    if cut is not None:
+        note = (f"{file}: the first collective of the group (SeqNum=1) timed out: the communicator never carried "
+                f"data, so look at its set-up and the path between the GPUs (P2P, network interface), not at the "
+                f"timeout")
+        verdicts.append(Verdict("MN3", "rule:first-collective-timeout",
+                                (Evidence(file, cut[0], cut[1], "rule:first-collective-timeout"),), rule_out=True,
+                                note=note))
+    from gpudoctor.engine.netif import hosts
+
+    if len(hosts(text)) <= 1:
+        why = Evidence(file, first[0], "the group's first collective (SeqNum=1) never completed on one host: the "
+                                       "GPUs' peer-to-peer path is the first suspect (try NCCL_P2P_DISABLE=1)",
+                       "because")
+        verdicts.append(Verdict("D25", "hint:first-collective-timeout",
+                                (Evidence(file, first[0], first[1], "hint:first-collective-timeout"), why),
+                                score=0.45, tier="possible"))
+    return verdicts

@@ -756,6 +756,7 @@ def test_a_wrapped_watchdog_report_of_the_first_collective_is_not_mn3(catalog):
     first = run(catalog, _WRAPPED_WATCHDOG.format(seq=1))
     assert "MN3" not in matches(first) and "MN3" not in possible(first)
     assert any("first collective of the group (SeqNum=1)" in n for n in first.notes)
+    assert possible(first)[:1] == ["D25"]  # a communicator that never carried data: the GPUs' path first
     later = run(catalog, _WRAPPED_WATCHDOG.format(seq=57))
     assert matches(later)[:1] == ["MN3"]
     # another rank's report of a later collective: the group did carry data, MN3 stands
@@ -763,3 +764,16 @@ def test_a_wrapped_watchdog_report_of_the_first_collective_is_not_mn3(catalog):
                         "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
                         "600012 milliseconds before timing out.\n")
     assert "MN3" in matches(both)
+
+
+def test_a_first_collective_timeout_hints_at_the_peer_path_on_one_host_only(catalog):
+    one = ("[rank1]:[E918 23:18:00.308397639 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=233373, NumelOut=233373, Timeout(ms)=600000) ran for "
+           "600091 milliseconds before timing out.\n")
+    result = run(catalog, one)
+    assert matches(result) == [] and possible(result)[:1] == ["D25"]
+    hosts = "".join(f"{h}:100:100 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.{i}<0>\n"
+                    for i, h in enumerate(("node1", "node2"), 1))
+    assert "D25" not in possible(run(catalog, hosts + one))  # two hosts: the network is as likely
+    later = one.replace("SeqNum=1,", "SeqNum=40,")
+    assert "D25" not in possible(run(catalog, later)) and matches(run(catalog, later))[:1] == ["MN3"]
