@@ -36,14 +36,19 @@ _ERRORISH = re.compile(r"error|exception|fail|fatal|abort|timed? ?out|killed|ref
                        r"not found|mismatch|WARN|Traceback|signal|exit ?code", re.IGNORECASE)
 
 
-def load_cases(base: Path, pattern: str) -> list[dict]:
-    """The manifest entries under base (every file matching pattern), each with its absolute path."""
+def load_cases(base: Path, pattern: str, before_relabel: bool = False) -> list[dict]:
+    """The manifest entries under base (every file matching pattern), each with its absolute path.
+
+    before_relabel: the labels as they were before an entry for their cause joined the catalogue (a `relabelled:`
+    case counts as the negative it was), to compare with figures measured before that."""
     import yaml
 
     cases = []
     for manifest in sorted(base.glob(pattern)) if base.is_dir() else []:
         for case in yaml.safe_load(manifest.read_text()) or []:
             case = dict(case)
+            if before_relabel and case.get("relabelled"):
+                case["expect"] = None
             case["abs"] = base / case["path"]
             case["framework"] = case.get("framework") or "pytorch"
             cases.append(case)
@@ -246,6 +251,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", action="store_true",
                         help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127, and the "
                              "second and third collections of that day, dev-1127b, dev-1127c and sealed-1127b)")
+    parser.add_argument("--before-relabel", action="store_true",
+                        help="count every `relabelled:` case as the negative it was before its entry (D24, D25) joined "
+                             "the catalogue, to compare with figures measured before")
     parser.add_argument("--dev-only", action="store_true",
                         help="measure the development set alone: for whoever is writing signatures, so that not "
                              "even the sealed set's totals can steer them")
@@ -253,14 +261,15 @@ def main(argv=None) -> int:
     from gpudoctor.kb.catalog import load_catalog
 
     catalog = load_catalog(use_cache=False)
-    sets = {"dev": evaluate_cases(load_cases(DEV, "manifest*.yaml"), catalog, not args.no_hyperscan)}
+    old = args.before_relabel
+    sets = {"dev": evaluate_cases(load_cases(DEV, "manifest*.yaml", old), catalog, not args.no_hyperscan)}
     # the development set without the logs reproduced here (tests/data/gen): only real users' logs
     sets["dev-public"] = summarize([r for r in sets["dev"]["rows"] if r["public"]])
-    sealed = [] if args.dev_only else load_cases(SEALED, "manifest*.yaml")
+    sealed = [] if args.dev_only else load_cases(SEALED, "manifest*.yaml", old)
     if sealed:
         sets["sealed"] = evaluate_cases(sealed, catalog, not args.no_hyperscan)
     for name, (base, pattern) in BATCHES.items() if args.batches else ():
-        batch = load_cases(base, pattern)
+        batch = load_cases(base, pattern, old)
         if batch and not (args.dev_only and base == SEALED):
             sets[name] = evaluate_cases(batch, catalog, not args.no_hyperscan)
     if args.json:

@@ -178,3 +178,14 @@ def test_wilson_interval_matches_the_textbook_values():
     low, high = accuracy.wilson(0, 10)
     assert low == 0.0 and abs(high - 0.2775) < 1e-3
     assert accuracy.wilson(3, 0) is None
+
+
+def test_before_relabel_counts_a_relabelled_case_as_the_negative_it_was(tmp_path):
+    bench = _bench()
+    (tmp_path / "x.log").write_text("include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n")
+    (tmp_path / "manifest.yaml").write_text("- path: x.log\n  expect: D24\n  relabelled: 'was a negative until D24'\n")
+    assert [c["expect"] for c in bench.load_cases(tmp_path, "manifest*.yaml")] == ["D24"]
+    old = bench.load_cases(tmp_path, "manifest*.yaml", before_relabel=True)
+    assert [c["expect"] for c in old] == [None]
+    figures = bench.evaluate_cases(old)
+    assert figures["negatives"] == 1 and figures["negatives_clean"] == 0.0  # D24 now matches what was a negative
