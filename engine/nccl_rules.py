@@ -123,8 +123,7 @@ def _after_digit(text: str, at: int) -> bool:
 def error_trace_rule(text: str, file: str) -> list[Verdict]:
     """Where NCCL's error back-trace starts: in its socket or bootstrap code a possible MN2 (hosts that cannot reach
     each other over the interface NCCL picked), in its NVLS code a possible MN1, in its shared-memory code a possible
-    D24. Not when a peer is said to have
-    gone away: then the socket failed because another rank died first."""
+    D24. Not when a peer is said to have gone away: then the socket failed because another rank died first."""
     started: set[str] = set()
     for line_no, line in lines_with(text, " -> ", _after_digit):
         m = _TRACE.search(line)
@@ -159,7 +158,6 @@ def first_collective_rule(text: str, file: str) -> list[Verdict]:
     if "SeqNum=" not in text or not any(word in text for word in _TIMEOUT_WORDS):
         return []
     first = cut = None
-    previous = ""
     for line_no, line in lines_with(text, "SeqNum="):
         seq = line[line.find("SeqNum=") + 7:].split(",", 1)[0].split(")", 1)[0].strip()
         if seq != "1":

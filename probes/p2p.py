@@ -19,8 +19,8 @@ def probe(options: Mapping) -> Result:
     pairs = parse_p2p_matrix(out.stdout) if out and out.returncode == 0 else {}
     cmdline = hostinfo.read_text(hostinfo.under_root(options, "/proc/cmdline")) or ""
     env = hostinfo.environ(options)
-    copy = options.get("copy_result")
-    if copy is None and not options.get("no_copy") and any(status == "OK" for status in pairs.values()):
+    copy = None
+    if not options.get("no_copy") and any(status == "OK" for status in pairs.values()):
         a, b = next(pair for pair, status in pairs.items() if status == "OK")
         copy = peer_copy(a, b)
     return judge(pairs, cmdline, env, copy)

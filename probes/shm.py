@@ -23,9 +23,8 @@ def probe(options: Mapping) -> Result:
                             entries=("D24",))
     fstype, size = mount
     path = hostinfo.under_root(options, "/dev/shm")
-    free = _free_bytes(path) if str(hostinfo.sys_root(options)) == "/" else None
-    if size is None and str(hostinfo.sys_root(options)) == "/":
-        size = _total_bytes(path)
+    total, free = _space(path) if str(hostinfo.sys_root(options)) == "/" else (None, None)
+    size = total if size is None else size
     stale, stale_bytes = nccl_segments(path)
     figures = {"fstype": fstype, "size_bytes": size, "free_bytes": free, "nccl_segments": stale,
                "nccl_segment_bytes": stale_bytes}
@@ -76,20 +75,13 @@ def nccl_segments(path) -> tuple[int, int]:
     return count, total
 
 
-def _free_bytes(path) -> int | None:
+def _space(path) -> tuple[int | None, int | None]:
+    """(total, available) bytes of the filesystem at path; (None, None) where it cannot be read."""
     try:
         st = os.statvfs(path)
     except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def _total_bytes(path) -> int | None:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_blocks * st.f_frsize
+        return None, None
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
 def _mib(value: int | None) -> str:
