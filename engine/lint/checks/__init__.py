@@ -7,6 +7,7 @@ from gpudoctor.engine.lint.checks.d10_batchnorm_without_syncbn import BatchNormW
 from gpudoctor.engine.lint.checks.d21_collective_in_rank_branch import CollectiveInRankBranch
 from gpudoctor.engine.lint.checks.d22_sampler_without_set_epoch import SamplerWithoutSetEpoch
 from gpudoctor.engine.lint.checks.d23_every_rank_saves import EveryRankSaves
+from gpudoctor.engine.lint.checks.d26_model_changed_on_some_ranks import ModelChangedOnSomeRanks
 from gpudoctor.engine.lint.checks.mn3_init_without_timeout import InitWithoutTimeout
 from gpudoctor.engine.lint.checks.mn5_restarts_without_resume import RestartsWithoutResume
 from gpudoctor.engine.lint.checks.p1_dataparallel import DataParallel
@@ -16,8 +17,8 @@ from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import Accumul
 
 ALL = (
     DeviceFromGlobalRank(), FindUnusedParameters(), BatchNormWithoutSyncBN(), CollectiveInRankBranch(),
-    SamplerWithoutSetEpoch(), EveryRankSaves(), InitWithoutTimeout(), RestartsWithoutResume(), DataParallel(),
-    DDPBeforeToDevice(), DDPWithoutSampler(), AccumulationWithoutNoSync(),
+    SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(), InitWithoutTimeout(), RestartsWithoutResume(),
+    DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), AccumulationWithoutNoSync(),
 )
 BY_CODE = {c.code: c for c in ALL}
 BY_SLUG = {c.slug: c for c in ALL}
