@@ -43,6 +43,8 @@ def add_probe_options(parser) -> None:
     g.add_argument("--ds-config", metavar="FILE", help="DeepSpeed JSON config (default ./ds_config.json)")
     g.add_argument("--grad-accum", type=int, metavar="N", help="gradient accumulation set outside the JSON")
     g.add_argument("--multinode", action="store_true", help="judge as a job that spans nodes")
+    g.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="where checkpoints are saved (default $OUTPUT_DIR or $CHECKPOINT_DIR, else this directory)")
     g.add_argument("--timeout", type=float, metavar="S", help="override every probe's own timeout")
     g.add_argument("--sys-root", metavar="DIR", help=argparse_suppress())
 
@@ -71,6 +73,7 @@ def probe_options(args) -> dict:
         "max_bytes": parse_size(args.max_size) if args.max_size else None, "pg_timeout_s": args.pg_timeout,
         "accelerate_config": args.accelerate_config, "hostfile": args.hostfile, "ds_config": args.ds_config,
         "grad_accum": args.grad_accum, "multinode": args.multinode or None, "sys_root": args.sys_root,
+        "checkpoint_dir": args.checkpoint_dir,
     }
     if args.nproc is not None and args.nproc < 1:
         raise UserError("--nproc must be at least 1")
