@@ -31,6 +31,7 @@ def first_moves(results: Mapping[str, Result], env: Mapping[str, str], multi_nod
         _nccl_env(env),
         _from_probe(results.get("mtu"), "MN4"),
         _first_launch(env, results.get("timeouts")),
+        _from_probe(results.get("ckptdir"), "MN7"),
         Step("MN5,MN6", "skip", "manual: script must load the latest checkpoint on restart"),
     ]
     if multi_node:

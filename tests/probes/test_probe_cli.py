@@ -47,7 +47,7 @@ def test_check_rows_fit_80_columns(cli):
     lines = res.out.splitlines()
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
     rows = [line for line in lines if line.split(" ")[0] in ("pass", "fail", "warn", "skip", "error")]
-    assert len(rows) == len(registry.PROBES) - 3 + 5
+    assert len(rows) == len(registry.PROBES) - 3 + 6  # six checklist steps (MN7's shared checkpoint storage last)
 
 
 def test_check_without_torch_skips_what_needs_it(tmp_path):
