@@ -163,3 +163,17 @@ def test_facts_from_a_multi_rank_log_directory():
     logs = str(DATA.parent.parent / "examples" / "rank-crash-then-timeout")
     facts = facts_from_diagnosis(diagnose(load_catalog(use_cache=False), resolve([logs])), logs=[logs])
     assert facts.get("world_size") == 4, facts
+
+
+def test_mn7_save_on_each_node_applied_once_and_undone(cli, tmp_path):
+    source = Path(__file__).resolve().parent.parent / "data" / "fixes" / "MN7" / "trainer_two_nodes.py"
+    script = tmp_path / "train.py"
+    script.write_bytes(source.read_bytes())
+    res = cli("fix", "MN7", "--script", str(script), "--apply")
+    assert res.code == 0, res
+    fixed = script.read_text()
+    assert fixed.count("save_on_each_node=True") == 1 and "load_best_model_at_end=True," in fixed
+    compile(fixed, str(script), "exec")
+    again = cli("fix", "MN7", "--script", str(script), "--apply")
+    assert again.code == 1 and "without save_on_each_node" in " ".join(again.out.split())
+    assert cli("fix", "--undo").code == 0 and script.read_bytes() == source.read_bytes()

@@ -13,6 +13,7 @@ PATCHES = {
     "join-uneven-inputs": "loops:join_uneven_inputs",
     "sampler-set-epoch": "loops:sampler_set_epoch",
     "load-latest-checkpoint": "loops:load_latest_checkpoint",
+    "save-on-each-node": "loops:save_on_each_node",
     "collective-out-of-rank-branch": "ranks:collective_out_of_rank_branch",
     "rank-zero-side-effects": "ranks:rank_zero_side_effects",
 }

@@ -1,4 +1,5 @@
-"""Training-loop patches: D9 the loop inside Join, D22 sampler.set_epoch, MN5 resume from the latest checkpoint."""
+"""Training-loop patches: D9 the loop inside Join, D22 sampler.set_epoch, MN5 resume from the latest checkpoint, MN7
+a complete checkpoint on every node."""
 from __future__ import annotations
 
 import json
@@ -191,3 +192,26 @@ def load_latest_checkpoint(text: str, path: str, facts: dict) -> tuple[str, list
     module = h.add_import(module, "import os", "os")
     notes.append("a restarted worker (torchrun --max-restarts) now resumes from the newest checkpoint")
     return module.code, notes
+
+
+# transformers' TrainingArguments and the trainers' configs built on it (trl), which all take save_on_each_node
+TRAINING_ARGS = ("TrainingArguments", "Seq2SeqTrainingArguments", "SFTConfig", "DPOConfig", "GRPOConfig", "PPOConfig",
+                 "RewardConfig", "ORPOConfig", "KTOConfig", "CPOConfig")
+
+
+def save_on_each_node(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    """MN7: TrainingArguments(..., save_on_each_node=True), so that every node keeps a complete checkpoint."""
+    module = h.parse(text, path)
+    changed = []
+
+    def fix(call):
+        if h.last(h.call_name(call)) not in TRAINING_ARGS or h.kwarg(call, "save_on_each_node") is not None:
+            return None
+        changed.append(call)
+        return h.add_kwarg(call, "save_on_each_node", h.expr("True"))
+
+    module = h.replace_calls(module, fix)
+    if not changed:
+        raise NotApplicable(f"{path}: no TrainingArguments(...) call without save_on_each_node=")
+    return module.code, ["every node now writes a complete checkpoint of its own to output_dir (the disk space of one "
+                         "checkpoint per node); a directory every node mounts is the better fix where there is one"]
