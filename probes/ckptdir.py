@@ -22,7 +22,7 @@ def probe(options: Mapping) -> Result:
     env = hostinfo.environ(options)
     path = options.get("checkpoint_dir") or next((env[k] for k in ENV_DIRS if env.get(k)), None) or os.getcwd()
     path = os.path.abspath(path)
-    mount = mount_of(hostinfo.read_text(hostinfo.under_root(options, "/proc/mounts")) or "", path)
+    mount = mount_of(hostinfo.mounts(options), path)
     job = hostinfo.job_from_env(env)
     multi = bool(options.get("multinode") or (job and job.multi_node))
     figures = {"path": path, "multinode": multi}
@@ -44,16 +44,11 @@ def probe(options: Mapping) -> Result:
     return confirmed(f"local {fstype}, not shared between the nodes", evidence, figures, ("MN7",))
 
 
-def mount_of(mounts: str, path: str) -> tuple[str, str] | None:
-    """(mount point, filesystem type) of the longest mount point that holds path; /proc/mounts escapes spaces as
-    \\040."""
+def mount_of(mounts, path: str) -> tuple[str, str] | None:
+    """(mount point, filesystem type) of the longest mount point, of hostinfo.mounts(), that holds path."""
     best = None
-    for line in mounts.splitlines():
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        point = parts[1].replace("\\040", " ")
+    for point, fstype, _opts in mounts:
         inside = path == point or path.startswith(point.rstrip("/") + "/") or point == "/"
         if inside and (best is None or len(point) > len(best[0])):
-            best = (point, parts[2])
+            best = (point, fstype)
     return best

@@ -50,6 +50,16 @@ class CommandOutput:
     stderr: str
 
 
+def mounts(options: Mapping) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(mount point, filesystem type, mount options) of every line of /proc/mounts, which escapes a space as \\040."""
+    found = []
+    for line in (read_text(under_root(options, "/proc/mounts")) or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 4:
+            found.append((parts[1].replace("\\040", " "), parts[2], tuple(parts[3].split(","))))
+    return found
+
+
 def run_command(options: Mapping, argv: list[str], timeout: float = COMMAND_TIMEOUT_S) -> CommandOutput | None:
     """Run a command with a timeout; None when it is not installed. Never raises for a failing command."""
     path = which(options, argv[0])

@@ -45,13 +45,10 @@ def probe(options: Mapping) -> Result:
 
 
 def shm_mount(options: Mapping) -> tuple[str, int | None] | None:
-    """(filesystem type, size from the mount's size= option or None) of the /dev/shm line of /proc/mounts."""
-    text = hostinfo.read_text(hostinfo.under_root(options, "/proc/mounts")) or ""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[1] == "/dev/shm":
-            size = next((parse_size(o[5:]) for o in parts[3].split(",") if o.startswith("size=")), None)
-            return parts[2], size
+    """(filesystem type, size from the mount's size= option or None) of /dev/shm's mount."""
+    for point, fstype, opts in hostinfo.mounts(options):
+        if point == "/dev/shm":
+            return fstype, next((parse_size(o[5:]) for o in opts if o.startswith("size=")), None)
     return None
 
 

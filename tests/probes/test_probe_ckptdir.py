@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from sysfake import write
 
-from gpudoctor.probes import ckptdir, registry, runner
+from gpudoctor.probes import ckptdir, hostinfo, registry, runner
 from gpudoctor.probes.base import Status
 
 MOUNTS = """overlay / overlay rw,relatime,lowerdir=/l,upperdir=/u 0 0
@@ -27,8 +27,8 @@ def root(tmp_path):
 @pytest.mark.parametrize("path, mount", [("/scratch/run1/ckpt", ("/scratch", "ext4")), ("/home/u/out", ("/home", "nfs4")),
                                          ("/mnt/my data/x", ("/mnt/my data", "xfs")), ("/opt/out", ("/", "overlay")),
                                          ("/scratchy", ("/", "overlay"))])
-def test_the_longest_mount_point_holding_the_path(path, mount):
-    assert ckptdir.mount_of(MOUNTS, path) == mount
+def test_the_longest_mount_point_holding_the_path(root, path, mount):
+    assert ckptdir.mount_of(hostinfo.mounts({"sys_root": root}), path) == mount
 
 
 def test_local_disk_in_a_multi_node_job_is_confirmed(root):
