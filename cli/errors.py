@@ -15,11 +15,3 @@ class UserError(Exception):
         self.message = message
         self.code = code
 
-
-class PipeClosed(Exception):
-    """The reader of standard output went away (`gpudoctor diagnose log | head`) after the result was known: the
-    command ends quietly with the exit code that result gives, not with 0."""
-
-    def __init__(self, code: int):
-        super().__init__(code)
-        self.code = code

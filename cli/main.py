@@ -6,7 +6,7 @@ import importlib
 import sys
 
 from gpudoctor import __version__
-from gpudoctor.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PipeClosed, UserError
+from gpudoctor.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, UserError
 
 
 # command name -> module under gpudoctor.commands; each has HELP, add_arguments(parser), run(args, out)
@@ -116,16 +116,17 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     stdout = stdout or sys.stdout or open(os.devnull, "w")  # started with stdout closed: output goes nowhere
     stderr = stderr or sys.stderr or open(os.devnull, "w")
     argv = sys.argv[1:] if argv is None else list(argv)
+    guarded = _PipeGuard(stdout)
     try:
-        return _run(argv, stdout, stderr)
+        code = _run(argv, guarded, stderr)
+        if guarded.closed:  # `gpudoctor lint . | head`: the command's own exit code stands
+            _silence(stdout)
+        return code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # `gpudoctor list | head` is not an error
+    except BrokenPipeError:  # a write that did not go through the guard (`gpudoctor list | head` is not an error)
         _silence(stdout)
         return EXIT_OK
-    except PipeClosed as closed:  # the same after a result that has an exit code of its own
-        _silence(stdout)
-        return closed.code
     except Exception as exc:  # noqa: BLE001 - the one place every unexpected error ends
         return _internal_error(exc, argv, stderr)
 
@@ -153,6 +154,33 @@ def _run(argv: list[str], stdout, stderr) -> int:
     except UserError as exc:
         err.write(f"{err.style('gpudoctor: error:', 'fail')} {exc.message}")
         return exc.code
+
+
+class _PipeGuard:
+    """Standard output for a command: once its reader has gone (a closed pipe), further writes are dropped, so the
+    command finishes and returns its own exit code instead of dying halfway with 0."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.closed = False
+
+    def write(self, text: str) -> int:
+        if not self.closed:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self.closed = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self.closed = True
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def _silence(stream) -> None:

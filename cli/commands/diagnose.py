@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from gpudoctor.common import load, print_json
-from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, PipeClosed, UserError
+from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
 
 HELP = "name the cause of a failed run from its logs"
 DESCRIPTION = """\
@@ -176,27 +176,23 @@ def run(args, out) -> int:
         from gpudoctor.commands.fix import emit_for_diagnosis, plan_for_diagnosis
 
         fix_plan = plan_for_diagnosis(result, args, catalog)
-    code = EXIT_OK if matches else EXIT_NOTHING
-    try:
-        if fmt == "json":
-            from gpudoctor.report import to_json
+    if fmt == "json":
+        from gpudoctor.report import to_json
 
-            payload = to_json(result)
-            if fix_plan is not None:
-                emit_for_diagnosis(fix_plan, fmt, out, payload)
-            print_json(out, payload)
-        elif fmt == "markdown":
-            from gpudoctor.report import render_markdown
+        payload = to_json(result)
+        if fix_plan is not None:
+            emit_for_diagnosis(fix_plan, fmt, out, payload)
+        print_json(out, payload)
+    elif fmt == "markdown":
+        from gpudoctor.report import render_markdown
 
-            out.stream.write(render_markdown(result))
-            if fix_plan is not None:
-                emit_for_diagnosis(fix_plan, fmt, out)
-        else:
-            from gpudoctor.report import render_text
+        out.stream.write(render_markdown(result))
+        if fix_plan is not None:
+            emit_for_diagnosis(fix_plan, fmt, out)
+    else:
+        from gpudoctor.report import render_text
 
-            render_text(result, out, catalog)
-            if fix_plan is not None:
-                emit_for_diagnosis(fix_plan, fmt, out)
-    except BrokenPipeError:  # `diagnose log | head`: the result stands
-        raise PipeClosed(code) from None
-    return code
+        render_text(result, out, catalog)
+        if fix_plan is not None:
+            emit_for_diagnosis(fix_plan, fmt, out)
+    return EXIT_OK if matches else EXIT_NOTHING

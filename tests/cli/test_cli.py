@@ -138,3 +138,17 @@ def test_closed_pipe_keeps_the_diagnosis_exit_code(fmt):
         err = io.StringIO()
         assert main(["diagnose", *fmt, str(path)], stdout=_ClosedAfter(), stderr=err) == code, err.getvalue()
         assert "Traceback" not in err.getvalue()
+
+
+def test_closed_pipe_keeps_every_commands_exit_code():
+    """The guard sits under every command, not in diagnose alone: `gpudoctor lint train.py | head` still fails
+    on a finding, and `gpudoctor list | head` still succeeds."""
+    import io
+
+    from gpudoctor.main import main
+
+    buggy = Path(__file__).resolve().parents[1] / "data" / "lint" / "buggy" / "d26_vocab_extended_on_main_process.py"
+    for argv, code in ((["lint", str(buggy)], 1), (["list"], 0), (["search", "--json", "zebra crossing"], 1)):
+        err = io.StringIO()
+        assert main(argv, stdout=_ClosedAfter(), stderr=err) == code, (argv, err.getvalue())
+        assert "Traceback" not in err.getvalue()
