@@ -134,6 +134,10 @@ def _terms(text: str) -> list[tuple[str, str | None, str | None]]:
     and the compound it is a part of, if any (nccl in nccl-socket-ifname)."""
     out: list[tuple[str, str | None, str | None]] = []
     text = text.lower()
+    if not text.isascii():
+        from gpudoctor.kb.cjk_words import translate
+
+        text = translate(text)
     for pattern, said in _PHRASES:
         text = pattern.sub(said, text)
     for raw in _TOKEN.findall(text.replace("_", "-")):

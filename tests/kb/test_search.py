@@ -86,3 +86,33 @@ def test_inflections_meet(forms):
     from gpudoctor.kb.search import tokenize
 
     assert len({tuple(tokenize(f)) for f in forms}) == 1, [tokenize(f) for f in forms]
+
+
+# queries in Chinese, Japanese and Korean, as users post them on their own forums (written here, not from the
+# entries' text): the words the tokenizer cannot read on its own must still reach the entry they describe
+CJK = [
+    ("单机多卡 所有进程都在第一张卡上 显存不足", "D3"),
+    ("多机训练 保存的检查点 找不到", "MN7"),
+    ("docker 共享内存 不足 NCCL 报错", "D24"),
+    ("端口被占用 torchrun", "D4"),
+    ("断点续训 从第0步开始", "MN5"),
+    ("NCCL 超时 30分钟", "MN3"),
+    ("dockerの共有メモリが足りない", "D24"),
+    ("멀티노드 체크포인트 로드 실패", "MN7"),
+]
+
+
+@pytest.mark.parametrize("query, expected", CJK, ids=[c[0] for c in CJK])
+def test_cjk_words_reach_their_entries(index, query, expected):
+    hits = index.search(query, limit=3)
+    assert hits, f"no result for {query!r}"
+    assert hits[0].id == expected, f"{query!r}: got {[(h.id, h.score) for h in hits]}"
+
+
+def test_without_the_cjk_words_those_queries_are_blind(index):
+    """The control: with the CJK words stripped, the first two queries above find nothing, so the test above is
+    measuring the word map, not the Latin fragments around it."""
+    import re
+
+    for query, _ in CJK[:2] + CJK[-1:]:
+        assert not index.search(re.sub(r"[^\x00-\x7f]", " ", query), limit=3)
