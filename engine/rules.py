@@ -49,6 +49,13 @@ _FSDP_STATE = _lazy(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|
 _FSDP_UNSHARD = _lazy(r"(?:fsdp|_composable)[/\\]\S*\.py\S*,? (?:line \d+, )?in (?:\w+\.)?(?:_unshard|unshard|"
                            r"_pre_forward_unshard|_alloc_padded_unsharded_flat_param|_all_gather_flat_param|"
                            r"foreach_all_gather|alloc_all_gather_outputs)\b")
+# the optimizer allocating or updating its moment estimates, the state ZeRO stage 1 and up shards: torch.optim's
+# adam/adamw/... (_init_group's zeros_like, _single_tensor_*/_multi_tensor_*/_fused_* updates, 1.x's plain step),
+# apex and DeepSpeed's FusedAdam, bitsandbytes' init_state; or the update's own source line (exp_avg, exp_avg_sq)
+_OPTIM_STATE = _lazy(r"(?:torch[/\\]optim[/\\]\w+|apex[/\\]optimizers[/\\]\w+|deepspeed[/\\]ops[/\\]adam[/\\]\w+|"
+                     r"bitsandbytes[/\\]optim[/\\]\w+)\.py\S*,? (?:line \d+, )?in (?:\w+\.)?(?:_init_group|"
+                     r"_single_tensor_\w+|_multi_tensor_\w+|_fused_\w+|init_state|step)\b|"
+                     r"\bexp_avg(?:_sq)?\b.*(?:zeros_like|\.sqrt\(|\.mul_\(|\.add_\(|\.lerp_\(|_foreach_)")
 _LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
                             r"Unexpected key\(s\) in state_dict")
 _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
@@ -83,6 +90,14 @@ def _frame_with(region: list[str], token: re.Pattern, path: re.Pattern | None = 
     return None
 
 
+def _optimizer_state_line(region: list[str]) -> int | None:
+    """Index of the last frame or source line of the optimizer building or updating its moment estimates."""
+    for i in range(len(region) - 1, -1, -1):
+        if _OPTIM_STATE.search(region[i]):
+            return i
+    return None
+
+
 def _clean(text: str) -> str:
     return " ".join(text.replace("│", " ").split())[:300]
 
@@ -111,6 +126,10 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
             out.append(Verdict("D12", "hint:oom-gathering-fsdp-unit", because(
                 i, "hint:oom-gathering-fsdp-unit", "raised while FSDP gathered one unit's full parameters"),
                 score=0.55, tier="possible"))
+        if not out and (i := _optimizer_state_line(region)) is not None:
+            out.append(Verdict("D16", "hint:oom-in-optimizer-state", because(
+                i, "hint:oom-in-optimizer-state", "raised while the optimizer allocated or updated its moment estimates"),
+                score=0.5, tier="possible"))
     elif _LOAD_MISMATCH.search(error):
         i = _frame_with(region, _LOAD_FN, _FSDP_PATH)
         if i is not None:

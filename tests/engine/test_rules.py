@@ -777,3 +777,28 @@ def test_a_first_collective_timeout_hints_at_the_peer_path_on_one_host_only(cata
     assert "D25" not in possible(run(catalog, hosts + one))  # two hosts: the network is as likely
     later = one.replace("SeqNum=1,", "SeqNum=40,")
     assert "D25" not in possible(run(catalog, later)) and matches(run(catalog, later))[:1] == ["MN3"]
+
+
+# torch/optim/adam.py (2.x): the first step allocates exp_avg/exp_avg_sq in _init_group, every step updates them in
+# _single_tensor_adam or _multi_tensor_adam; an OOM there is the optimizer state that ZeRO would shard
+ADAM_STEP_OOM = """Traceback (most recent call last):
+  File "train.py", line 120, in <module>
+    optimizer.step()
+  File "{SP}/torch/optim/adam.py", line 166, in step
+    adam(params_with_grad,
+  File "{SP}/torch/optim/adam.py", line 316, in adam
+    func(params,
+  File "{SP}/torch/optim/adam.py", line 410, in _single_tensor_adam
+    denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.14 GiB (GPU 5; 31.75 GiB total capacity)
+""".replace("{SP}", "/usr/lib/python3.10/site-packages")
+
+
+def test_oom_in_the_optimizers_moment_estimates_makes_d16_possible_but_not_a_match(catalog):
+    d = run(catalog, ADAM_STEP_OOM)
+    assert "D16" not in matches(d)
+    assert possible(d)[:1] == ["D16"]
+    # the same OOM raised in the forward pass says nothing about optimizer state
+    forward = ADAM_STEP_OOM.replace("optimizer.step()", "loss = model(x)").split("  File \"{SP}".replace(
+        "{SP}", "/usr/lib/python3.10/site-packages"))[0] + ADAM_STEP_OOM.splitlines()[-1] + "\n"
+    assert "D16" not in possible(run(catalog, forward))[:1]
