@@ -99,7 +99,7 @@ FIX_TRANSFORMS = {
     "command": ("torchrun-standalone", "torchrun-multinode", "free-port", "accelerate-multi-gpu", "deepspeed-launcher"),
     "patch": ("device-from-local-rank", "find-unused-parameters", "join-uneven-inputs", "sync-batchnorm",
               "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
-              "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node"),
+              "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.

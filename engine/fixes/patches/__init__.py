@@ -7,6 +7,7 @@ import importlib
 PATCHES = {
     "device-from-local-rank": "device:device_from_local_rank",
     "find-unused-parameters": "ddp:find_unused_parameters",
+    "non-reentrant-checkpoint": "ddp:non_reentrant_checkpoint",
     "sync-batchnorm": "ddp:sync_batchnorm",
     "init-timeout": "ddp:init_timeout",
     "dataparallel-to-ddp": "ddp:dataparallel_to_ddp",

@@ -185,3 +185,71 @@ class _Rename(cst.CSTTransformer):
 
     def leave_Attribute(self, original, updated):
         return h.expr(self.new) if h.dotted(updated) == self.old else updated
+
+
+# torch.utils.checkpoint's functions that take use_reentrant (torch 1.11 on); the default stays reentrant
+_CHECKPOINT_FUNCS = ("checkpoint", "checkpoint_sequential")
+
+
+def _checkpoint_names(module: cst.Module) -> set[str]:
+    """How this file spells torch's checkpoint functions: checkpoint, cp.checkpoint, torch.utils.checkpoint.checkpoint."""
+    import libcst.matchers as m
+
+    names = {f"torch.utils.checkpoint.{f}" for f in _CHECKPOINT_FUNCS}
+    for imp in m.findall(module, m.ImportFrom()):
+        if imp.module is not None and h.dotted(imp.module) == "torch.utils.checkpoint" and not isinstance(
+                imp.names, cst.ImportStar):
+            names |= {(a.asname.name.value if a.asname else a.name.value) for a in imp.names
+                      if a.name.value in _CHECKPOINT_FUNCS}
+    for imp in m.findall(module, m.Import()):
+        for a in imp.names:
+            if h.dotted(a.name) == "torch.utils.checkpoint" and a.asname:
+                names |= {f"{a.asname.name.value}.{f}" for f in _CHECKPOINT_FUNCS}
+    return names
+
+
+def non_reentrant_checkpoint(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    """D8: activation checkpointing in its non-reentrant form (use_reentrant=False for torch's checkpoint,
+    gradient_checkpointing_kwargs for transformers' gradient_checkpointing_enable), which DDP's hooks see once."""
+    module = h.parse(text, path)
+    spelled = _checkpoint_names(module)
+    changed = []
+
+    def set_false(call, name):
+        arg = h.kwarg(call, name)
+        if arg is None:
+            return h.add_kwarg(call, name, cst.Name("False"))
+        if h.code(arg.value) == "False":
+            return None
+        return call.with_changes(args=[a.with_changes(value=cst.Name("False")) if a is arg else a for a in call.args])
+
+    def fix(call):
+        name = h.call_name(call)
+        new = None
+        if name in spelled:
+            new = set_false(call, "use_reentrant")
+        elif h.last(name) == "gradient_checkpointing_enable":
+            arg = h.kwarg(call, "gradient_checkpointing_kwargs")
+            if arg is None:
+                new = h.add_kwarg(call, "gradient_checkpointing_kwargs", h.expr('{"use_reentrant": False}'))
+            elif isinstance(arg.value, cst.Dict):
+                els = [e for e in arg.value.elements if isinstance(e, cst.DictElement)
+                       and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "use_reentrant"]
+                if not els:
+                    new = call.with_changes(args=[a.with_changes(value=h.expr(
+                        "{" + ", ".join([h.code(e) for e in a.value.elements] + ['"use_reentrant": False']) + "}"))
+                        if a is arg else a for a in call.args])
+                elif h.code(els[0].value) != "False":
+                    new = call.with_changes(args=[a.with_changes(value=a.value.with_changes(elements=[
+                        e.with_changes(value=cst.Name("False")) if e is els[0] else e for e in a.value.elements]))
+                        if a is arg else a for a in call.args])
+        if new is not None:
+            changed.append(name)
+        return new
+
+    module = h.replace_calls(module, fix)
+    if not changed:
+        raise NotApplicable(f"{path}: no reentrant torch.utils.checkpoint call or gradient_checkpointing_enable()")
+    return module.code, ["non-reentrant checkpointing runs each parameter's gradient hook once per step, so DDP "
+                         "(with or without find_unused_parameters) marks it ready once; it needs torch 1.11+ "
+                         "(transformers 4.35+ for gradient_checkpointing_kwargs)"]
