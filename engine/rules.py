@@ -56,6 +56,10 @@ _OPTIM_STATE = _lazy(r"(?:torch[/\\]optim[/\\]\w+|apex[/\\]optimizers[/\\]\w+|de
                      r"bitsandbytes[/\\]optim[/\\]\w+)\.py\S*,? (?:line \d+, )?in (?:\w+\.)?(?:_init_group|"
                      r"_single_tensor_\w+|_multi_tensor_\w+|_fused_\w+|init_state|step)\b|"
                      r"\bexp_avg(?:_sq)?\b.*(?:zeros_like|\.sqrt\(|\.mul_\(|\.add_\(|\.lerp_\(|_foreach_)")
+# reducer.cpp's "Expected to mark a variable ready only once" (torch 1.x-2.x) and its DETAIL form "... has been
+# marked as ready twice", raised from a backward that torch.utils.checkpoint's reentrant CheckpointFunction runs
+_READY_TWICE = _lazy(r"Expected to mark a variable ready only once|has been marked as ready twice")
+_REENTRANT = _lazy(r"torch[/\\]utils[/\\]checkpoint\.py|\bCheckpointFunction\b")
 _LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Missing key\(s\) in state_dict|"
                             r"Unexpected key\(s\) in state_dict")
 _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
@@ -137,6 +141,12 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
                                because(i, "rule:fsdp-state-dict-load", "raised while FSDP loaded a state dict")))
     if _INVALID_ORDINAL.search(error):
         out.extend(_ordinal_rule(region, here, base))
+    if _READY_TWICE.search(error) and (i := _frame_with(region, _REENTRANT)) is not None:
+        out.append(Verdict("D8", "rule:reentrant-checkpoint", because(
+            i, "rule:reentrant-checkpoint", "raised in the backward of a reentrant activation checkpoint"),
+            note="D8 here is a gradient marked ready twice by reentrant activation checkpointing, not an unused "
+                 "parameter: checkpoint with use_reentrant=False (gpudoctor fix D8 --script ...), or give DDP "
+                 "static_graph=True"))
     return out
 
 
@@ -252,7 +262,7 @@ def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
 
 # --- every input -----------------------------------------------------------------------------------
 
-_TRIGGER = _lazy(_OOM.pattern + "|" + _LOAD_MISMATCH.pattern + "|" + _INVALID_ORDINAL.pattern)
+_TRIGGER = _lazy("|".join(r.pattern for r in (_OOM, _LOAD_MISMATCH, _INVALID_ORDINAL, _READY_TWICE)))
 MAX_ERRORS = 32  # error lines examined per input
 
 
@@ -363,6 +373,8 @@ def merge(entries: dict, findings: list[Finding], verdicts: list[Verdict]) -> tu
             evidence = tuple(dict.fromkeys(v.evidence + f.evidence))[:8]
             sigs = f.signatures + ((v.rule,) if v.rule not in f.signatures else ())
             by_id[v.entry] = replace(f, score=max(f.score, v.score), evidence=evidence, signatures=sigs)
+        if v.note and v.note not in notes:  # what the structure says about how this entry came about
+            notes.append(v.note)
     for eid in ruled_out - confirmed:
         by_id.pop(eid, None)
     out = list(by_id.values())

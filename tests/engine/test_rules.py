@@ -802,3 +802,27 @@ def test_oom_in_the_optimizers_moment_estimates_makes_d16_possible_but_not_a_mat
     forward = ADAM_STEP_OOM.replace("optimizer.step()", "loss = model(x)").split("  File \"{SP}".replace(
         "{SP}", "/usr/lib/python3.10/site-packages"))[0] + ADAM_STEP_OOM.splitlines()[-1] + "\n"
     assert "D16" not in possible(run(catalog, forward))[:1]
+
+
+# torch/utils/checkpoint.py's reentrant CheckpointFunction runs the block's backward, whose gradient hooks DDP's
+# reducer (reducer.cpp mark_variable_ready) sees a second time
+READY_TWICE = """[rank1]: Traceback (most recent call last):
+[rank1]:   File "train.py", line 77, in <module>
+[rank1]:     loss.backward()
+[rank1]:   File "{SP}/torch/autograd/function.py", line 288, in apply
+[rank1]:     return user_fn(self, *args)
+[rank1]:   File "{SP}/torch/utils/checkpoint.py", line 288, in backward
+[rank1]:     torch.autograd.backward(outputs_with_grad, args_with_grad)
+[rank1]: RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following reasons: 1) Use of a module parameter outside the `forward` function.
+""".replace("{SP}", "/usr/lib/python3.11/site-packages")
+
+
+def test_ready_twice_under_reentrant_checkpointing_is_d8_with_a_note_that_says_so(catalog):
+    d = run(catalog, READY_TWICE)
+    assert matches(d)[:1] == ["D8"]
+    assert any("reentrant activation checkpointing" in n and "use_reentrant=False" in n for n in d.notes)
+    # the same error without the checkpoint's frames is still D8, without the note
+    plain = "\n".join(x for x in READY_TWICE.splitlines() if "checkpoint" not in x) + "\n"
+    d = run(catalog, plain)
+    assert matches(d)[:1] == ["D8"]
+    assert not any("reentrant" in n for n in d.notes)
