@@ -116,3 +116,12 @@ def test_without_the_cjk_words_those_queries_are_blind(index):
 
     for query, _ in CJK[:2] + CJK[-1:]:
         assert not index.search(re.sub(r"[^\x00-\x7f]", " ", query), limit=3)
+
+
+def test_every_cjk_word_becomes_words_the_catalogue_has(index):
+    """A mapping to words no entry uses would read the query and still find nothing."""
+    from gpudoctor.kb.cjk_words import _WORDS
+    from gpudoctor.kb.search import tokenize
+
+    for phrase, english in _WORDS.items():
+        assert any(t in index.df for t in tokenize(english)), (phrase, english)
