@@ -52,9 +52,9 @@ _FSDP_UNSHARD = _lazy(r"(?:fsdp|_composable)[/\\]\S*\.py\S*,? (?:line \d+, )?in 
 # the optimizer allocating or updating its moment estimates, the state ZeRO stage 1 and up shards: torch.optim's
 # adam/adamw/... (_init_group's zeros_like, _single_tensor_*/_multi_tensor_*/_fused_* updates, 1.x's plain step),
 # apex and DeepSpeed's FusedAdam, bitsandbytes' init_state; or the update's own source line (exp_avg, exp_avg_sq)
-_OPTIM_STATE = _lazy(r"(?:torch[/\\]optim[/\\](?!lr_scheduler|swa_utils)\w+|apex[/\\]optimizers[/\\]\w+|deepspeed[/\\]ops[/\\]adam[/\\]\w+|"
-                     r"bitsandbytes[/\\]optim[/\\]\w+)\.py\S*,? (?:line \d+, )?in (?:\w+\.)?(?:_init_group|"
-                     r"_single_tensor_\w+|_multi_tensor_\w+|_fused_\w+|init_state|step)\b|"
+_OPTIM_STATE = _lazy(r"(?:torch[/\\]optim[/\\](?!lr_scheduler|swa_utils)\w+|apex[/\\]optimizers[/\\]\w+|"
+                     r"deepspeed[/\\]ops[/\\]adam[/\\]\w+|bitsandbytes[/\\]optim[/\\]\w+)\.py\S*,? (?:line \d+, )?"
+                     r"in (?:\w+\.)?(?:_init_group|_single_tensor_\w+|_multi_tensor_\w+|_fused_\w+|init_state|step)\b|"
                      r"\bexp_avg(?:_sq)?\b.*(?:zeros_like|\.sqrt\(|\.mul_\(|\.add_\(|\.lerp_\(|_foreach_)")
 # reducer.cpp's "Expected to mark a variable ready only once" (torch 1.x-2.x) and its DETAIL form "... has been
 # marked as ready twice", raised from a backward that torch.utils.checkpoint's reentrant CheckpointFunction runs
