@@ -160,22 +160,25 @@ def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]
         arg = src[m.start():]
         code = _clean(src)
         if _LOCAL_INDEX.search(arg):
-            return [Verdict("D3", "rule:ordinal-by-local-rank", (replace(here, signature="rule:ordinal-by-local-rank"),),
-                            rule_out=True,
-                            note=f"not D3: line {base + i} sets the device by the local rank ({code[:80]}); an invalid "
-                                 f"ordinal then means more processes on the node than visible GPUs")]
+            return _too_many_ranks("rule:ordinal-by-local-rank", here, base + i, code, "the local rank", "processes")
         if _GLOBAL_INDEX.search(arg) and not _GLOBAL_EXPLICIT.search(arg) and any(map(_SPAWNED.search, region)):
-            return [Verdict("D3", "rule:ordinal-by-spawn-index", (replace(here, signature="rule:ordinal-by-spawn-index"),),
-                            rule_out=True,
-                            note=f"not D3: line {base + i} sets the device by the index mp.spawn passed ({code[:80]}), "
-                                 f"which counts the processes of one machine; an invalid ordinal then means more "
-                                 f"spawned processes than visible GPUs")]
+            return _too_many_ranks("rule:ordinal-by-spawn-index", here, base + i, code,
+                                   "the index mp.spawn passed, which counts the processes of one machine", "spawned processes")
         if _GLOBAL_INDEX.search(arg):
             return [Verdict("D3", "rule:ordinal-by-global-rank", (
                 replace(here, signature="rule:ordinal-by-global-rank"),
                 Evidence(here.file, base + i, f"the device index is the global rank: {code}", "because")))]
         return []
     return []
+
+
+def _too_many_ranks(rule: str, here: Evidence, line: int, code: str, index: str, what: str) -> list[Verdict]:
+    """A device picked by a per-node index that is out of range: more ranks on the node than GPUs (D27), not D3."""
+    why = Evidence(here.file, line, f"the device index is {index.split(',')[0]}: {code}", "because")
+    return [Verdict("D3", rule, (replace(here, signature=rule),), rule_out=True,
+                    note=f"not D3: line {line} sets the device by {index} ({code[:80]}); an invalid ordinal then "
+                         f"means more {what} on the node than visible GPUs (D27)"),
+            Verdict("D27", rule, (replace(here, signature=rule), why))]
 
 
 _ZERO_IN_USE = _lazy(r"ZeRO stage [0-3]\b|zero_optimization|\"stage\":\s*[1-3]\b|zero_stage|deepspeed_stage_[1-3]|"

@@ -1,4 +1,4 @@
-"""The launch contract (D1, D3): rank variables present and consistent, devices visible, one GPU per local rank."""
+"""The launch contract (D1, D3, D27): rank variables present and consistent, devices visible, one GPU per local rank."""
 from __future__ import annotations
 
 import os
@@ -49,7 +49,7 @@ def probe(options: Mapping) -> Result:
         summary = f"contract consistent across {figures['ranks_reporting']} ranks"
     else:
         summary = f"contract complete: rank {job.rank}/{job.world_size}, local {job.local_rank}/{job.local_world_size}"
-    return ruled_out(summary, evidence, figures, ("D1", "D3"))
+    return ruled_out(summary, evidence, figures, ("D1", "D3") + (("D27",) if gpus else ()))
 
 
 def contract_problems(env: Mapping[str, str], gpus: int) -> list[tuple[str, str]]:
@@ -84,16 +84,16 @@ def contract_problems(env: Mapping[str, str], gpus: int) -> list[tuple[str, str]
 
 
 def _device_problems(job: hostinfo.Job, gpus: int) -> list[tuple[str, str]]:
-    """D3 on this rank: LOCAL_RANK must name a visible GPU; RANK indexing would not, on a second node."""
+    """D27 on this rank: as many GPUs visible as ranks on the node, so LOCAL_RANK names one."""
     problems = []
     if gpus == 0:
         return problems
     if job.local_world_size > gpus:
-        problems.append(("D3", f"LOCAL_WORLD_SIZE={job.local_world_size} ranks but {gpus} GPUs visible: "
-                               "ranks would share GPUs"))
+        problems.append(("D27", f"LOCAL_WORLD_SIZE={job.local_world_size} ranks but {gpus} GPUs visible: "
+                                "ranks would share GPUs or find none"))
     if job.local_rank >= gpus:
-        problems.append(("D3", f"LOCAL_RANK={job.local_rank} has no GPU (only {gpus} visible): "
-                               "set_device(LOCAL_RANK) fails"))
+        problems.append(("D27", f"LOCAL_RANK={job.local_rank} has no GPU (only {gpus} visible): "
+                                "set_device(LOCAL_RANK) fails"))
     return problems
 
 
@@ -151,7 +151,7 @@ def cross_rank_problems(views: list[dict | None], world: int) -> list[tuple[str,
         per_host.setdefault(view["host"], []).append(view)
         device = view.get("device") or {}
         if device.get("error"):
-            problems.append(("D3", f"rank {view['rank']}: set_device({view['local_rank']}) failed: {device['error']}"))
+            problems.append(("D27", f"rank {view['rank']}: set_device({view['local_rank']}) failed: {device['error']}"))
         elif device.get("current") is not None and device["current"] != view["local_rank"]:
             problems.append(("D3", f"rank {view['rank']}: current device {device['current']} != LOCAL_RANK "
                                    f"{view['local_rank']}"))

@@ -51,7 +51,7 @@ def probe(options: Mapping) -> Result:
         acc, acc_problems, acc_notes = check_accelerate(acc_path, gpus)
         problems += acc_problems
         evidence += [f"accelerate {acc_path}: {n}" for n in acc_notes]
-        checked |= {"D5"}
+        checked |= {"D5"} | ({"D27"} if gpus else set())
     ds_file = (acc or {}).get("deepspeed_config", {}) or {}
     named_in_acc = ds_file.get("deepspeed_config_file") if isinstance(ds_file, dict) else None
     ds_path = _first_existing(options.get("ds_config"), named_in_acc, *(("ds_config.json",) if defaults else ()))
@@ -75,7 +75,7 @@ def probe(options: Mapping) -> Result:
         host_problems, host_notes = check_hostfile(host_path, gpus)
         problems += host_problems
         evidence += [f"hostfile {host_path}: {n}" for n in host_notes]
-        checked |= {"D6"}
+        checked |= {"D6"} | ({"D27"} if gpus else set())
     figures = {"accelerate_config": acc_path and str(acc_path), "hostfile": host_path and str(host_path),
                "ds_config": ds_path and str(ds_path), "gpus_visible": gpus}
     if not (acc_path or host_path or ds_path):
@@ -120,7 +120,7 @@ def check_accelerate(path: Path, gpus: int) -> tuple[dict | None, list[tuple[str
         problems.append(("D5", f"accelerate config launches 1 process (distributed_type {kind}, num_processes "
                                f"{processes}) on a machine with {gpus} GPUs: the others sit idle"))
     if not use_cpu and gpus and kind in GPU_TYPES and per_machine > gpus:
-        problems.append(("D5", f"num_processes {processes} over {machines} machine(s) is {per_machine} per machine, "
+        problems.append(("D27", f"num_processes {processes} over {machines} machine(s) is {per_machine} per machine, "
                                f"but only {gpus} GPU(s) are visible here"))
     gpu_ids = config.get("gpu_ids")
     if gpu_ids not in (None, "all") and kind in GPU_TYPES:
@@ -171,7 +171,7 @@ def check_hostfile(path: Path, gpus: int) -> tuple[list[tuple[str, str]], list[s
     local = {"localhost", "127.0.0.1", hostinfo.hostname(), hostinfo.hostname().split(".")[0]}
     for host, slots in hosts.items():
         if host in local and gpus and slots > gpus:
-            problems.append(("D6", f"{host} has slots={slots} but {gpus} GPU(s) are visible on it"))
+            problems.append(("D27", f"{host} has slots={slots} but {gpus} GPU(s) are visible on it"))
     listed = ", ".join(f"{h}={s}" for h, s in hosts.items())
     notes = [f"{len(hosts)} host(s), {sum(hosts.values())} slot(s): {listed}"]
     return problems, notes

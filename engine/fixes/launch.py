@@ -270,10 +270,35 @@ def _deepspeed(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
     return words
 
 
+def _nproc_to_gpus(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
+    """D27: the same launcher and script, with one process per visible GPU on each node."""
+    nproc = _count(facts, "nproc")
+    if launch.launcher == "torchrun":
+        if not nproc:
+            nproc = "gpu"
+            notes.append("--nproc-per-node=gpu starts one process per GPU the node can see (torch 1.10+); "
+                         "give --param nproc=N to pin the count")
+        return [*_env(launch), "torchrun", f"--nproc-per-node={nproc}", *_kept(launch, "torchrun", {"--nproc-per-node"}),
+                *_script_words(launch, "torchrun")]
+    if launch.launcher == "accelerate":
+        if not nproc:
+            raise NotApplicable("give --param nproc=N, the GPUs on each machine times the machines, for accelerate's "
+                                "--num_processes")
+        return [*_env(launch), "accelerate", "launch", f"--num_processes={nproc}",
+                *_kept(launch, "accelerate", {"--num_processes"}), *_script_words(launch, "accelerate")]
+    if launch.launcher == "deepspeed":
+        if not nproc:
+            notes.append("without --num_gpus the deepspeed launcher starts one process per visible GPU")
+        return [*_env(launch), "deepspeed", *([f"--num_gpus={nproc}"] if nproc else []),
+                *_kept(launch, "deepspeed", {"--num_gpus", "--num-gpus"}), *_script_words(launch, "deepspeed")]
+    raise NotApplicable(f"{launch.launcher} starts one process: nothing to count against the GPUs")
+
+
 _REWRITES = {
     "torchrun-standalone": _torchrun_standalone,
     "torchrun-multinode": _torchrun_multinode,
     "free-port": _free_port,
     "accelerate-multi-gpu": _accelerate,
     "deepspeed-launcher": _deepspeed,
+    "nproc-to-gpus": _nproc_to_gpus,
 }

@@ -59,7 +59,7 @@ def test_show_markdown_and_json_carry_the_same_entry(cli):
 
 def test_list_json_and_sections(cli):
     doc = json.loads(cli("list", "--json").out)
-    assert len(doc) == 40 and {"id", "title", "section", "log_visibility"} <= set(doc[0])
+    assert len(doc) == 41 and {"id", "title", "section", "log_visibility"} <= set(doc[0])
     r = cli("list", "--section", "multi-node")
     assert r.code == 0 and "MN1" in r.out and "D8 " not in r.out
     assert cli("list", "--section", "gpus").code == 2
@@ -131,8 +131,7 @@ def test_closed_pipe_keeps_the_diagnosis_exit_code(fmt):
 
     from gpudoctor.main import main
 
-    nothing = Path(__file__).resolve().parent.parent / "data" / "logs" / "negative"
-    log = sorted(nothing.glob("*.log"))[0]
+    log = Path(__file__).resolve().parent.parent / "data" / "logs" / "negative" / "clean-torchrun-2-procs-success.log"
     example = Path(__file__).resolve().parents[2] / "examples" / "rank-crash-then-timeout"
     for path, code in ((log, 1), (example, 0)):
         err = io.StringIO()

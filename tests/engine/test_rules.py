@@ -170,6 +170,7 @@ def test_invalid_ordinal_from_the_local_rank_is_not_d3(catalog, call):
     d = run(catalog, _ordinal(call))
     assert "D3" not in matches(d) and "D3" not in possible(d)
     assert any(n.startswith("not D3") and "local rank" in n for n in d.notes)
+    assert matches(d)[:1] == ["D27"]  # the local rank is right; the node has more ranks than GPUs
 
 
 def test_a_real_local_rank_ordinal_error_rules_d3_out():
@@ -187,8 +188,9 @@ def test_invalid_ordinal_from_the_spawn_index_is_not_d3(catalog):
     d = run(catalog, spawned + _ordinal("torch.cuda.set_device(rank)"))
     assert "D3" not in matches(d) and "D3" not in possible(d)
     assert any(n.startswith("not D3") and "mp.spawn" in n for n in d.notes)
+    assert matches(d)[:1] == ["D27"]
     d = run(catalog, spawned + _ordinal("torch.cuda.set_device(dist.get_rank())"))
-    assert matches(d)[:1] == ["D3"]
+    assert matches(d)[:1] == ["D3"] and "D27" not in matches(d)
 
 
 @pytest.mark.parametrize(("call", "d3"), [("name = torch.cuda.get_device_name(rank)", True),

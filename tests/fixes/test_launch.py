@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from gpudoctor.engine.fixes import FixError, plan_fix
+from gpudoctor.engine.fixes.errors import NotApplicable
 from gpudoctor.engine.fixes.launch import parse_launch, rewrite
 from gpudoctor.kb.catalog import load_catalog
 
@@ -91,6 +92,23 @@ def test_d6_deepspeed_with_hostfile_and_config():
     new, notes = rewrite("python train.py", "deepspeed-launcher", {"nnodes": 2, "nproc": 8, "ds_config": "ds.json"})
     assert _words(new) == ["deepspeed", "--hostfile=hostfile", "--num_gpus=8", "train.py", "--deepspeed", "ds.json"]
     assert any("hostfile" in n for n in notes)
+
+
+def test_d27_one_process_per_visible_gpu():
+    new, notes = rewrite("torchrun --standalone --nproc_per_node=8 train.py --bs 8", "nproc-to-gpus", {})
+    assert _words(new) == ["torchrun", "--nproc-per-node=gpu", "--standalone", "train.py", "--bs", "8"]
+    assert any("one process per GPU" in n for n in notes)
+    new, _ = rewrite("torchrun --nproc_per_node 8 train.py", "nproc-to-gpus", {"nproc": 4})
+    assert _words(new) == ["torchrun", "--nproc-per-node=4", "train.py"]
+    new, notes = rewrite("deepspeed --num_gpus=8 train.py --deepspeed ds.json", "nproc-to-gpus", {})
+    assert _words(new) == ["deepspeed", "train.py", "--deepspeed", "ds.json"]
+    new, _ = rewrite("accelerate launch --num_processes 8 --mixed_precision bf16 train.py", "nproc-to-gpus",
+                     {"nproc": 2})
+    assert _words(new) == ["accelerate", "launch", "--num_processes=2", "--mixed_precision=bf16", "train.py"]
+    with pytest.raises(NotApplicable):  # accelerate cannot count the GPUs of every machine by itself
+        rewrite("accelerate launch --num_processes 8 train.py", "nproc-to-gpus", {})
+    with pytest.raises(NotApplicable):  # one process: nothing to count
+        rewrite("python train.py", "nproc-to-gpus", {})
 
 
 @pytest.mark.parametrize("cmd, how", [

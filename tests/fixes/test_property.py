@@ -63,7 +63,7 @@ words = st.text(st.characters(codec="ascii", exclude_categories=("Cc",)), min_si
        launcher=st.sampled_from(["python", "python -u", "torchrun --nproc-per-node=2", "accelerate launch",
                                  "deepspeed --num_gpus=2"]),
        how=st.sampled_from(["torchrun-standalone", "torchrun-multinode", "free-port", "accelerate-multi-gpu",
-                            "deepspeed-launcher"]))
+                            "deepspeed-launcher", "nproc-to-gpus"]))
 def test_rewrite_twice_equals_once_and_keeps_the_arguments(args, launcher, how):
     import shlex
 
