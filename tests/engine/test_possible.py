@@ -79,8 +79,17 @@ def test_no_guess_without_a_failure_of_distributed_training(text):
     assert all(f.score < 0.3 for f in run(text).findings)
 
 
+def _relabelled() -> set[str]:
+    """Logs under negative/ whose manifest now names an entry (a cause that joined the catalogue later)."""
+    import yaml
+
+    return {case["path"] for manifest in LOGS.glob("manifest*.yaml") for case in yaml.safe_load(manifest.read_text())
+            if case.get("expect") and case["path"].startswith("negative/")}
+
+
 def test_negatives_rarely_get_a_confident_match_and_guesses_stay_modest():
-    paths = sorted((LOGS / "negative").iterdir())
+    moved = _relabelled()
+    paths = sorted(p for p in (LOGS / "negative").iterdir() if f"negative/{p.name}" not in moved)
     alarms = []
     for path in paths:
         d = diagnose(CATALOG, resolve([str(path)]))
