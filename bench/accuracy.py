@@ -252,7 +252,7 @@ def main(argv=None) -> int:
                         help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127, and the "
                              "second and third collections of that day, dev-1127b, dev-1127c and sealed-1127b)")
     parser.add_argument("--before-relabel", action="store_true",
-                        help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27) joined "
+                        help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27, MN8) joined "
                              "the catalogue, to compare with figures measured before")
     parser.add_argument("--dev-only", action="store_true",
                         help="measure the development set alone: for whoever is writing signatures, so that not "

@@ -20,6 +20,8 @@ PROBES: tuple[Probe, ...] = (
           timeout_s=40, needs=("cuda",)),
     Probe("fabric", "NVSwitch fabric manager running, version equal to the driver's", f"{_P}.fabric:probe",
           timeout_s=20, needs=("cuda",)),
+    Probe("gpuhealth", "GPU hardware health: uncorrectable ECC errors, failed row remaps, lost GPUs",
+          f"{_P}.gpuhealth:probe", timeout_s=40, needs=("cuda",)),
     Probe("timeouts", "collective timeouts and async error handling for a dead rank", f"{_P}.timeouts:probe",
           timeout_s=10),
     Probe("versions", "torch, CUDA, NCCL, driver, DeepSpeed, accelerate versions", f"{_P}.versions:probe",

@@ -15,10 +15,10 @@ REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
 # (ranks build different models) and MN7 (checkpoints on storage the nodes do not share) from the emitters' messages
 # the message sweeps found no entry for
 EXPECTED_IDS = (
-    [f"D{i}" for i in range(1, 28)] + [f"MN{i}" for i in range(1, 8)] + [f"P{i}" for i in range(1, 7)] + ["G1"]
+    [f"D{i}" for i in range(1, 28)] + [f"MN{i}" for i in range(1, 9)] + [f"P{i}" for i in range(1, 7)] + ["G1"]
 )
 SHOWS = set("D1 D2 D3 D4 D5 D6 D8 D9 D12 D13 D14 D15 D16 D17 D18 D19 D20 D21 D23 D24 D25 D26 D27 MN1 MN2 MN3 MN4 MN5 MN6 "
-            "MN7 P1 P2 P4".split())
+            "MN7 MN8 P1 P2 P4".split())
 
 
 @pytest.fixture(scope="module")
