@@ -28,7 +28,8 @@ SEALED = ROOT / "tests" / "data" / "sealed"
 BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "manifest-[g-j].yaml"),
            "dev-1127b": (DEV, "manifest-n[4-6].yaml"),
            "dev-1127c": (DEV, "manifest-n[7-9].yaml"), "sealed-1127b": (SEALED, "manifest-[k-z].yaml"),
-           "dev-1127d": (DEV, "manifest-p[0-9].yaml"), "sealed-1127c": (SEALED, "manifest-2[a-z].yaml")}
+           "dev-1127d": (DEV, "manifest-p[0-9].yaml"), "sealed-1127c": (SEALED, "manifest-2[a-j].yaml"),
+           "dev-1127e": (DEV, "manifest-p1[0-9].yaml"), "sealed-1127d": (SEALED, "manifest-2[k-z].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 BASELINE_LINES = 5
 # what a user would pick out of a log as "the error lines" to paste into a search box
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="figures as JSON (sealed rows only with --show-sealed)")
     parser.add_argument("--batches", action="store_true",
                         help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127, and the "
-                             "second and third collections of that day, dev-1127b, dev-1127c and sealed-1127b)")
+                             "later collections of that day, dev-1127b to dev-1127e and sealed-1127b to sealed-1127d)")
     parser.add_argument("--before-relabel", action="store_true",
                         help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27, MN8) joined "
                              "the catalogue, to compare with figures measured before")
