@@ -208,6 +208,31 @@ def _checkpoint_names(module: cst.Module) -> set[str]:
     return names
 
 
+def _with_value(call: cst.Call, arg: cst.Arg, value: cst.BaseExpression) -> cst.Call:
+    """The call with one of its arguments given another value."""
+    return call.with_changes(args=[a.with_changes(value=value) if a is arg else a for a in call.args])
+
+
+def _non_reentrant_kwargs(call: cst.Call) -> cst.Call | None:
+    """gradient_checkpointing_enable(...) with use_reentrant False in its gradient_checkpointing_kwargs dict (added
+    when the dict or the key is missing); None when it already is, or when the kwargs are not a literal dict."""
+    arg = h.kwarg(call, "gradient_checkpointing_kwargs")
+    if arg is None:
+        return h.add_kwarg(call, "gradient_checkpointing_kwargs", h.expr('{"use_reentrant": False}'))
+    if not isinstance(arg.value, cst.Dict):
+        return None
+    elements = list(arg.value.elements)
+    for i, e in enumerate(elements):
+        keyed = isinstance(e, cst.DictElement) and isinstance(e.key, cst.SimpleString)
+        if keyed and e.key.evaluated_value == "use_reentrant":
+            if h.code(e.value) == "False":
+                return None
+            elements[i] = e.with_changes(value=cst.Name("False"))
+            return _with_value(call, arg, arg.value.with_changes(elements=elements))
+    pairs = [h.code(e) for e in elements] + ['"use_reentrant": False']
+    return _with_value(call, arg, h.expr("{" + ", ".join(pairs) + "}"))
+
+
 def non_reentrant_checkpoint(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     """D8: activation checkpointing in its non-reentrant form (use_reentrant=False for torch's checkpoint,
     gradient_checkpointing_kwargs for transformers' gradient_checkpointing_enable), which DDP's hooks see once."""
@@ -215,34 +240,17 @@ def non_reentrant_checkpoint(text: str, path: str, facts: dict) -> tuple[str, li
     spelled = _checkpoint_names(module)
     changed = []
 
-    def set_false(call, name):
-        arg = h.kwarg(call, name)
-        if arg is None:
-            return h.add_kwarg(call, name, cst.Name("False"))
-        if h.code(arg.value) == "False":
-            return None
-        return call.with_changes(args=[a.with_changes(value=cst.Name("False")) if a is arg else a for a in call.args])
-
     def fix(call):
         name = h.call_name(call)
         new = None
         if name in spelled:
-            new = set_false(call, "use_reentrant")
-        elif h.last(name) == "gradient_checkpointing_enable":
-            arg = h.kwarg(call, "gradient_checkpointing_kwargs")
+            arg = h.kwarg(call, "use_reentrant")
             if arg is None:
-                new = h.add_kwarg(call, "gradient_checkpointing_kwargs", h.expr('{"use_reentrant": False}'))
-            elif isinstance(arg.value, cst.Dict):
-                els = [e for e in arg.value.elements if isinstance(e, cst.DictElement)
-                       and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "use_reentrant"]
-                if not els:
-                    new = call.with_changes(args=[a.with_changes(value=h.expr(
-                        "{" + ", ".join([h.code(e) for e in a.value.elements] + ['"use_reentrant": False']) + "}"))
-                        if a is arg else a for a in call.args])
-                elif h.code(els[0].value) != "False":
-                    new = call.with_changes(args=[a.with_changes(value=a.value.with_changes(elements=[
-                        e.with_changes(value=cst.Name("False")) if e is els[0] else e for e in a.value.elements]))
-                        if a is arg else a for a in call.args])
+                new = h.add_kwarg(call, "use_reentrant", cst.Name("False"))
+            elif h.code(arg.value) != "False":
+                new = _with_value(call, arg, cst.Name("False"))
+        elif h.last(name) == "gradient_checkpointing_enable":
+            new = _non_reentrant_kwargs(call)
         if new is not None:
             changed.append(name)
         return new
