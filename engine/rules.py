@@ -162,8 +162,8 @@ def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]
         if _LOCAL_INDEX.search(arg):
             return _too_many_ranks("rule:ordinal-by-local-rank", here, base + i, code, "the local rank", "processes")
         if _GLOBAL_INDEX.search(arg) and not _GLOBAL_EXPLICIT.search(arg) and any(map(_SPAWNED.search, region)):
-            return _too_many_ranks("rule:ordinal-by-spawn-index", here, base + i, code,
-                                   "the index mp.spawn passed, which counts the processes of one machine", "spawned processes")
+            return _too_many_ranks("rule:ordinal-by-spawn-index", here, base + i, code, "the index mp.spawn passed",
+                                   "spawned processes", ", which counts the processes of one machine")
         if _GLOBAL_INDEX.search(arg):
             return [Verdict("D3", "rule:ordinal-by-global-rank", (
                 replace(here, signature="rule:ordinal-by-global-rank"),
@@ -172,11 +172,12 @@ def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]
     return []
 
 
-def _too_many_ranks(rule: str, here: Evidence, line: int, code: str, index: str, what: str) -> list[Verdict]:
+def _too_many_ranks(rule: str, here: Evidence, line: int, code: str, index: str, what: str,
+                    aside: str = "") -> list[Verdict]:
     """A device picked by a per-node index that is out of range: more ranks on the node than GPUs (D27), not D3."""
-    why = Evidence(here.file, line, f"the device index is {index.split(',')[0]}: {code}", "because")
+    why = Evidence(here.file, line, f"the device index is {index}: {code}", "because")
     return [Verdict("D3", rule, (replace(here, signature=rule),), rule_out=True,
-                    note=f"not D3: line {line} sets the device by {index} ({code[:80]}); an invalid ordinal then "
+                    note=f"not D3: line {line} sets the device by {index}{aside} ({code[:80]}); an invalid ordinal then "
                          f"means more {what} on the node than visible GPUs (D27)"),
             Verdict("D27", rule, (replace(here, signature=rule), why))]
 
