@@ -94,8 +94,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = _common()
     for name, module_name in COMMANDS.items():
-        if only is not None and name != only:
-            sub.add_parser(name)
+        if only is not None and name != only:  # the command is known: the others need no parser at all
             continue
         module = importlib.import_module(f"gpudoctor.commands.{module_name}")
         p = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),

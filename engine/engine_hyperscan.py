@@ -194,5 +194,24 @@ def _write_bytes(path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
+        _prune(path.parent)
     except OSError:
         pass  # no cache, just a slower start next time
+
+
+KEEP_DBS = 8  # compiled databases kept: those of the last few catalogues (each upgrade or runbook edit makes new ones)
+
+
+def _prune(root) -> None:
+    """Remove all but the KEEP_DBS newest databases: without this, every catalogue ever used leaves one behind."""
+    dbs = []
+    for path in root.glob("hyperscan-*.db"):
+        try:
+            dbs.append((path.stat().st_mtime_ns, path))
+        except OSError:  # removed meanwhile by another run
+            continue
+    for _, path in sorted(dbs, reverse=True)[KEEP_DBS:]:
+        try:
+            path.unlink()
+        except OSError:
+            pass

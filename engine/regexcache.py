@@ -5,7 +5,9 @@
 remembers the program (the opcode list `re` hands to its C engine); later runs hand the stored program
 straight to the engine, which checks it (a damaged program is refused and the pattern parsed again). The
 table is keyed by the interpreter's exact version, written once at exit when it grew, and skipped with
-GPUDOCTOR_NO_CACHE. Anything unexpected (another Python's `re` internals) falls back to `re.compile`. The
+GPUDOCTOR_NO_CACHE. Each save is a generation: a pattern no run has used in the last KEEP_SAVES saves (a
+signature an upgrade or an edited runbook left behind) is dropped, so the table, which every run reads
+whole, holds about what today's catalogue compiles rather than every pattern it ever had. Anything unexpected (another Python's `re` internals) falls back to `re.compile`. The
 file lives beside the catalogue's pickle cache and is trusted as that one is (both are the user's own).
 """
 from __future__ import annotations
@@ -27,7 +29,10 @@ except ImportError:  # Python 3.10 names them sre_compile / sre_parse
 __all__ = ["compile"]
 
 MAX_ENTRIES = 4096  # user runbooks add patterns; a table grown past this starts again
-_table: dict | None = None  # (pattern, flags) -> (flags, code, groups, groupindex, indexgroup)
+KEEP_SAVES = 16  # saves a pattern may go unused before it is dropped
+_table: dict | None = None  # (pattern, flags) -> (generation last used, (flags, code, groups, groupindex, indexgroup))
+_generation = 0  # of the table read; a save writes the next one
+_used: set = set()  # keys this run compiled from the table
 _file = None  # where the table was read from, and is written back to
 _added = 0
 
@@ -35,10 +40,12 @@ _added = 0
 def compile(pattern: str | bytes, flags: int = 0) -> re.Pattern:  # noqa: A001 - the name says what it is
     flags = int(flags)
     table = _table if _table is not None else _load()
-    program = table.get((pattern, flags))
-    if program is not None:
+    stored = table.get((pattern, flags))
+    if stored is not None:
         try:
-            return _sre.compile(pattern, *program)
+            compiled = _sre.compile(pattern, *stored[1])
+            _used.add((pattern, flags))
+            return compiled
         except Exception:  # noqa: BLE001 - a stale or damaged program: parse the pattern again
             pass
     try:
@@ -77,11 +84,11 @@ def _path():
     if root is None:
         return None
     tag = "".join(c if c.isalnum() else "-" for c in sys.version.split()[0])
-    return root / f"regex-{tag}-{getattr(_sre, 'MAGIC', 0)}.marshal"
+    return root / f"regex2-{tag}-{getattr(_sre, 'MAGIC', 0)}.marshal"
 
 
 def _load() -> dict:
-    global _table, _file
+    global _table, _file, _generation
     _table = {}
     path = _file = _path()
     if path is None:
@@ -90,10 +97,10 @@ def _load() -> dict:
 
     try:
         with open(path, "rb") as fh:
-            stored = marshal.loads(fh.read())  # (marshal.load reads a file a few bytes at a time)
-        if isinstance(stored, dict) and len(stored) <= MAX_ENTRIES:
-            _table = stored
-    except (OSError, EOFError, ValueError, TypeError):
+            generation, stored = marshal.loads(fh.read())  # (marshal.load reads a file a few bytes at a time)
+        if isinstance(stored, dict) and isinstance(generation, int) and len(stored) <= MAX_ENTRIES:
+            _table, _generation = stored, generation
+    except (OSError, EOFError, ValueError, TypeError):  # (TypeError: not a pair)
         pass  # no table yet, or a damaged one: rebuilt as patterns are compiled
     return _table
 
@@ -104,7 +111,8 @@ def _remember(key, program) -> None:
         return
     if len(_table) >= MAX_ENTRIES:  # full of patterns from catalogues long gone: start again
         _table.clear()
-    _table[key] = program
+    _table[key] = (_generation, program)
+    _used.add(key)
     _added += 1
     if _added == 1:
         import atexit
@@ -122,16 +130,19 @@ def _save() -> None:
     import os
     import tempfile
 
+    generation = _generation + 1
     tmp = None
     try:
-        data = marshal.dumps(_table)
+        kept = {key: (generation if key in _used else last, program) for key, (last, program) in _table.items()
+                if key in _used or last > generation - KEEP_SAVES}
+        data = marshal.dumps((generation, kept))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".regex-", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
         _added = 0
-    except (OSError, ValueError):
+    except (OSError, ValueError, TypeError):  # (ValueError, TypeError: a damaged table read from disk)
         if tmp is not None:
             try:
                 os.unlink(tmp)

@@ -151,3 +151,24 @@ def test_a_head_of_classes_before_a_top_level_any_run_is_cut_for_the_compiled_en
     assert _after_any_run(r"x(a.*b)cdef") is None  # the run is inside a group
     assert _after_any_run(r"[.*]xyzw") is None  # a class, not a run
     assert _after_any_run(r"\d+.*ab") is None  # the tail's literal is too short to search for alone
+
+
+@hyperscan_only
+def test_old_databases_are_removed_when_a_new_one_is_written(monkeypatch, tmp_path):
+    import os
+
+    from gpudoctor.engine import engine_hyperscan
+
+    monkeypatch.setenv("GPUDOCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(engine_hyperscan, "KEEP_DBS", 3)
+    for n in range(5):  # databases of five older catalogues, oldest first
+        old = tmp_path / f"hyperscan-old{n}.db"
+        old.write_bytes(b"x")
+        os.utime(old, ns=(10**18 + n, 10**18 + n))
+    (tmp_path / "catalog-1234.pickle").write_bytes(b"y")  # not a database: never touched
+    scanner = Scanner(PatternSet([_pattern(r"ab+c", None)]), engine="hyperscan")
+    assert scanner.scan(io.BytesIO(b"xabbc\n"), "x.log").hits[0].all()[0].line_no == 1
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert "catalog-1234.pickle" in left and "hyperscan-old4.db" in left and "hyperscan-old3.db" in left
+    assert not {"hyperscan-old0.db", "hyperscan-old1.db", "hyperscan-old2.db"} & set(left)
+    assert len([p for p in left if p.startswith("hyperscan-")]) == 3

@@ -17,9 +17,12 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setattr(regexcache, "_table", None)
     monkeypatch.setattr(regexcache, "_file", None)
     monkeypatch.setattr(regexcache, "_added", 0)
+    monkeypatch.setattr(regexcache, "_generation", 0)
+    monkeypatch.setattr(regexcache, "_used", set())
 
     def restart():
         regexcache._table, regexcache._file, regexcache._added = None, None, 0
+        regexcache._generation, regexcache._used = 0, set()
 
     return restart
 
@@ -59,7 +62,7 @@ def test_a_damaged_table_or_program_falls_back_to_parsing(fresh):
     path = regexcache._file
     fresh()
     regexcache._load()
-    regexcache._table[(r"ab+c", 0)] = (32, [999, 1, 2], 0, {}, (None,))  # not a program _sre accepts
+    regexcache._table[(r"ab+c", 0)] = (1, (32, [999, 1, 2], 0, {}, (None,)))  # not a program _sre accepts
     assert regexcache.compile(r"ab+c", 0) == re.compile(r"ab+c")
     path.write_bytes(b"\x00garbage")
     fresh()
@@ -80,7 +83,25 @@ def test_bad_patterns_raise_re_error_and_no_cache_writes_nothing(fresh, monkeypa
     fresh()
     regexcache.compile(r"q+", 0)
     regexcache._save()
-    assert not list(tmp_path.glob("regex-*"))
+    assert not list(tmp_path.glob("regex*"))
+
+
+def test_patterns_no_run_uses_are_dropped_after_some_saves(fresh, monkeypatch):
+    monkeypatch.setattr(regexcache, "KEEP_SAVES", 3)
+    regexcache.compile(r"old+", 0)  # a signature an upgrade removed
+    regexcache.compile(r"kept+", 0)
+    regexcache._save()
+    for n in range(5):  # five later runs, each compiling `kept+` and one new pattern, and saving
+        fresh()
+        assert regexcache.compile(r"kept+", 0).fullmatch("keptt")
+        regexcache.compile(f"new{n}", 0)
+        regexcache._save()
+        fresh()
+        table = regexcache._load()
+        assert (r"kept+", 0) in table
+        assert ((r"old+", 0) in table) == (n < 2), n  # unused for three saves: gone
+    assert regexcache._generation == 6 and table[("new4", 0)][0] == 6 and table[("new2", 0)][0] == 4
+    assert ("new1", 0) not in table and ("new0", 0) not in table
 
 
 def test_lazy_regex_stands_in_for_a_compiled_pattern():
