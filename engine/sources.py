@@ -13,8 +13,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
     from typing import BinaryIO
 
-__all__ = ["InputError", "Source", "resolve", "open_source", "codec_of", "rank_hints", "stdin_is_terminal",
-           "GZIP_MAGIC"]
+__all__ = ["InputError", "Source", "resolve", "open_source", "codec_of", "archive_kind", "rank_hints",
+           "stdin_is_terminal", "GZIP_MAGIC"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 # how each compressed format starts; the name a user gave the file does not matter
@@ -49,6 +49,15 @@ class Source:
     codec: str | None = None  # gzip | xz | zstd | bzip2, read from the first bytes
 
 
+def archive_kind(raw_head: bytes, head: bytes) -> str | None:
+    """"tar" or "zip" when a file's first bytes (raw, and decompressed when it is compressed) say so."""
+    if raw_head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a member's header; an empty zip's index
+        return "zip"
+    if head[257:262] == b"ustar":  # where POSIX and GNU tar put their magic in every member header
+        return "tar"
+    return None
+
+
 def codec_of(head: bytes) -> str | None:
     """The compression format whose magic bytes start `head`, or None for plain data."""
     for magic, name in MAGIC:
@@ -76,23 +85,42 @@ def _why(path: str, exc: OSError) -> str:
     return f"{path}: cannot read: {exc.strerror or exc}"
 
 
-def _file_source(path: Path, shown: str) -> Source:
+def _file_sources(path: Path, shown: str, problems: list[str], depth: int = 0) -> list[Source]:
+    """The file as one source, or, for a tar or zip archive, each file inside it (an archive in an archive too)."""
     try:
         st = path.stat()
         with open(path, "rb") as fh:
-            head = fh.read(SNIFF_BYTES)
+            raw_head = head = fh.read(SNIFF_BYTES)
     except OSError as exc:
         raise InputError(_why(shown, exc)) from None
     codec = codec_of(head)
-    if codec == "gzip":  # flight-recorder dumps are often gzipped; other codecs only ever hold logs here
-        import gzip
-        import zlib
-
+    if codec is not None:  # what it holds: a tar, a flight-recorder dump (often gzipped), or a log
         try:
-            with gzip.open(path, "rb") as fh:
+            with _Tolerant(_decompressor(open(path, "rb", buffering=0), codec, shown), shown, codec) as fh:
                 head = fh.read(SNIFF_BYTES)
-        except (OSError, EOFError, zlib.error):
-            head = b""  # damaged: read as a log, and the scan says how far it got
+        except (OSError, InputError):
+            head = b""  # damaged, or no zstandard: read as a log, and the scan says how far it got
+    kind = archive_kind(raw_head, head) if depth < 2 else None
+    if kind is None:
+        return [_file_source(path, shown, st, codec, head)]
+    from gpudoctor.engine.archives import expand
+
+    try:
+        raw = open(path, "rb", buffering=0)
+    except OSError as exc:
+        raise InputError(_why(shown, exc)) from None
+    stream = _Tolerant(_decompressor(raw, codec, shown), shown, codec) if codec else raw
+    before = len(problems)
+    members = expand(path, shown, kind, stream, problems)
+    if not members and len(problems) == before:
+        problems.append(f"{shown}: the {kind} archive holds no files")
+    out = []
+    for name, copy in sorted(members, key=lambda m: _natural(Path(m[0]))):
+        out += _file_sources(copy, name, problems, depth + 1)
+    return out
+
+
+def _file_source(path: Path, shown: str, st, codec: str | None, head: bytes) -> Source:
     from gpudoctor.engine.flight_sniff import looks_like_dump
 
     rank, local_rank, attempt = rank_hints(shown)
@@ -114,10 +142,12 @@ def _walk(root: Path, given: str, problems: list[str]) -> list[Path]:
     return sorted(found, key=_natural)
 
 
-def _one(given: str, problems: list[str]) -> list[Source]:
+def _one(given: str, problems: list[str], shown: str | None = None) -> list[Source]:
     if given == "-":
         return [Source(name="<stdin>", path=None, size=None)]
     path = Path(given)
+    if shown is not None:  # a copy of standard input on disk (an archive piped in): named as stdin
+        return _file_sources(path, shown, problems)
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -138,26 +168,27 @@ def _one(given: str, problems: list[str]) -> list[Source]:
         out = []
         for p in files:
             try:
-                out.append(_file_source(p, str(p)))
+                out += _file_sources(p, str(p), problems)
             except InputError as exc:  # vanished or unreadable: named, and the rest are read
                 problems.append(str(exc))
         return out
     if stat.S_ISREG(st.st_mode):
-        return [_file_source(path, given)]
+        return _file_sources(path, given, problems)
     if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):  # <(zcat x), /dev/stdin
         return [Source(name=given, path=path, size=None)]
     raise InputError(f"{given}: not a regular file or directory")
 
 
-def resolve(inputs: list[str], problems: list[str] | None = None) -> list[Source]:
+def resolve(inputs: list[str], problems: list[str] | None = None, names: dict | None = None) -> list[Source]:
     """Sources for the given paths, globs and directories; '-' is stdin. Directories are walked in
-    natural order. With a `problems` list, an input that cannot be read is named there and the rest
-    are kept; without one, the first such input raises InputError."""
+    natural order; a tar or zip archive gives one source per file inside. With a `problems` list, an input that
+    cannot be read is named there and the rest are kept; without one, the first such input raises InputError.
+    `names` shows a path by another name (a piped-in archive copied to disk is "<stdin>")."""
     sources: list[Source] = []
     for given in inputs:
         found: list[str] = []
         try:
-            sources.extend(_one(given, found))
+            sources.extend(_one(given, found, (names or {}).get(given)))
         except InputError as exc:
             found.append(str(exc))
         if found:

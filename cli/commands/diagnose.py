@@ -9,8 +9,8 @@ from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
 HELP = "name the cause of a failed run from its logs"
 DESCRIPTION = """\
 Read logs (files, per-rank directories, globs, .gz .xz .zst .bz2 by content,
-flight-recorder dumps, or stdin, compressed or not)
-and name the known failures that explain them, best first, with the lines that
+tar and zip archives file by file, flight-recorder dumps, or stdin, compressed
+or not) and name the known failures that explain them, best first, with the lines that
 betray each, the fix, and the probe that would confirm it. When no signature
 fires but the log shows a failure (a traceback, a NCCL WARN, a timeout, a killed
 rank), it lists the entries whose words the failure lines share as possible
@@ -135,8 +135,16 @@ def run(args, out) -> int:
                         "(gpudoctor diagnose < nccl.log)")
     if args.top < 1:
         raise UserError("--top must be at least 1")
+    names = {}
+    if "-" in paths and not stdin_is_terminal(stdin):  # a tar or zip piped in is read member by member
+        from gpudoctor.engine.archives import spool_stdin
+
+        stdin, spooled = spool_stdin(stdin)
+        if spooled is not None:
+            paths = [str(spooled) if p == "-" else p for p in paths]
+            names = {str(spooled): "<stdin>"}
     problems: list[str] = []
-    sources = resolve(paths, problems)
+    sources = resolve(paths, problems, names)
     if not sources:  # one problem is the error itself; several are each named before it
         if len(problems) > 1:
             for problem in problems:

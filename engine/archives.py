@@ -1,0 +1,201 @@
+"""Archives of logs (tar, plain or compressed, and zip): every file inside becomes a log of its own.
+
+A job's logs usually travel as `logs.tar.gz` or `logs.zip`: one file per rank, a launcher log, perhaps NCCL's
+per-rank debug files. Read as one stream, the archive's headers would be text and the ranks one log; so each
+member is copied out, as it is read, into a scratch folder removed when the process ends, and is then read
+exactly like a file of a directory (its rank from its name, its own compression by magic bytes). Nothing is
+extracted where the user can see it and no member name is used as a path: a member is written under a
+numbered name, and shown as `archive/member`.
+
+A truncated or damaged archive keeps every member read before the break, the one it broke in as far as it
+got, and says so; an encrypted or unsupported zip member is named and skipped.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpudoctor.engine.lazyregex import LazyRegex
+
+__all__ = ["expand", "spool_stdin"]
+
+ZIP_MAGIC = b"PK\x03\x04"
+_CHUNK = 1 << 20
+_UNSAFE = LazyRegex(r"[^\w.-]+")
+_scratch: list[str] = []  # scratch folders this process made, removed at exit
+
+
+def spool_stdin(stdin, sniff: int = 4096):
+    """(stdin as the scan should read it, None), or (None, a copy on disk) when standard input holds a tar or zip
+    archive, which is then read as that file is. The bytes read to tell are handed back in front of the rest."""
+    from gpudoctor.engine.sources import InputError, _decompressor, _Prefixed, _Tolerant, archive_kind, codec_of
+
+    head = b""
+    while len(head) < sniff and (more := stdin.read(sniff - len(head))):
+        head += more
+    inner, codec = head, codec_of(head)
+    if codec is not None:
+        import io
+
+        try:
+            with _Tolerant(_decompressor(io.BytesIO(head), codec, "<stdin>"), "<stdin>", codec) as fh:
+                inner = fh.read(sniff)
+        except InputError:  # zstd without zstandard: the scan says so
+            inner = b""
+    if archive_kind(head, inner) is None:
+        return _Prefixed(head, stdin), None
+    path = _folder() / "stdin"
+    with open(path, "wb") as out:
+        out.write(head)
+        _copy(stdin, out)
+    return None, path
+
+
+def _skipped(name: str) -> bool:
+    """Folders' own entries, hidden files and macOS resource forks, as a directory walk skips them."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".", "..")]
+    return not parts or any(p.startswith(".") or p == "__MACOSX" for p in parts)
+
+
+def _folder() -> Path:
+    import atexit
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="gpudoctor-archive-")
+    if not _scratch:
+        atexit.register(_remove_all)
+    _scratch.append(path)
+    return Path(path)
+
+
+def _remove_all() -> None:
+    import shutil
+
+    while _scratch:
+        shutil.rmtree(_scratch.pop(), ignore_errors=True)
+
+
+class _Out:
+    """Where members are written: numbered files in one scratch folder, listed with the names they are shown by."""
+
+    def __init__(self, shown: str):
+        self.shown, self.folder, self.members = shown, _folder(), []
+
+    def open(self, name: str):
+        clean = name.replace("\\", "/").strip("/")
+        base = _UNSAFE.sub("_", clean.rsplit("/", 1)[-1])[-80:] or "member"
+        path = self.folder / f"{len(self.members):06d}-{base}"
+        self.members.append((f"{self.shown}/{clean}", path))
+        return open(path, "wb")
+
+
+def _copy(src, dst) -> None:
+    while chunk := src.read(_CHUNK):
+        dst.write(chunk)
+
+
+def _reason(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def expand(path: Path, shown: str, kind: str, stream, problems: list[str]) -> list[tuple[str, Path]]:
+    """(shown name, scratch file) per member, in archive order. `stream` reads the archive's decompressed bytes
+    (a tar) and is closed here; problems get one line for a break or a skipped member."""
+    out = _Out(shown)
+    try:
+        if kind == "zip":
+            stream.close()
+            _zip(path, out, problems)
+        else:
+            _tar(stream, out, problems)
+    except OSError as exc:  # the scratch folder is full or unwritable: what was copied is still read
+        problems.append(f"{shown}: could not copy its files out ({_reason(exc)}); "
+                        f"{len(out.members)} read before it are kept")
+    return out.members
+
+
+def _tar(stream, out: _Out, problems: list[str]) -> None:
+    import tarfile
+
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                if not member.isfile() or _skipped(member.name):
+                    continue
+                src = tar.extractfile(member)
+                with out.open(member.name) as dst:
+                    _copy(src, dst)
+    except (tarfile.TarError, EOFError) as exc:
+        cut = getattr(stream, "problem", None)  # the decompressor's own account of the break, when it broke
+        if cut:
+            cut = cut.split("; what was read", 1)[0]
+        problems.append(f"{cut or f'{out.shown}: the tar archive ends early or is damaged ({_reason(exc)})'}; "
+                        f"the {len(out.members)} files read before the break are kept")
+    else:
+        if getattr(stream, "problem", None):
+            problems.append(stream.problem)
+    finally:
+        stream.close()
+
+
+def _zip(path: Path, out: _Out, problems: list[str]) -> None:
+    import zipfile
+
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, ValueError, EOFError) as exc:  # no central directory: cut off, or damaged
+        _zip_local(path, out, problems, _reason(exc))
+        return
+    with archive:
+        for info in archive.infolist():
+            if info.is_dir() or _skipped(info.filename):
+                continue
+            try:
+                with archive.open(info) as src, out.open(info.filename) as dst:
+                    _copy(src, dst)
+            except (RuntimeError, NotImplementedError) as exc:  # encrypted, or a compression zipfile lacks
+                if out.members and out.members[-1][0].endswith("/" + info.filename.strip("/")):
+                    os.unlink(out.members.pop()[1])
+                problems.append(f"{out.shown}: {info.filename} skipped ({_reason(exc)})")
+            except OSError:  # writing the copy failed: expand() says so
+                raise
+            except Exception as exc:  # a damaged member: bad CRC, zlib.error, lzma.LZMAError ...
+                problems.append(f"{out.shown}: {info.filename} is damaged ({_reason(exc)}); what was read is kept")
+
+
+def _zip_local(path: Path, out: _Out, problems: list[str], why: str) -> None:
+    """A zip without its index (the end was cut off): walk the members' own headers from the start, as far as
+    they go. Stored and deflated members whose sizes their header gives are read; a streamed member (sizes
+    only after its data) ends the walk."""
+    import struct
+    import zlib
+
+    kept_before = len(out.members)
+    stop = "its index is missing"
+    with open(path, "rb") as fh:
+        while True:
+            header = fh.read(30)
+            if len(header) < 30 or not header.startswith(ZIP_MAGIC):
+                break
+            _, _, flag, method, _, _, _, csize, _, nlen, xlen = struct.unpack("<4sHHHHHIIIHH", header)
+            name = fh.read(nlen).decode("utf-8" if flag & 0x800 else "cp437", "replace")
+            fh.read(xlen)
+            if flag & 0x08 or method not in (0, 8) or flag & 0x01:
+                stop = f"{name} cannot be read without the index"
+                break
+            data = fh.read(csize)
+            if not (name.endswith("/") or _skipped(name)):
+                with out.open(name) as dst:
+                    if method == 8:
+                        try:
+                            dst.write(zlib.decompressobj(-15).decompress(data))
+                        except zlib.error:
+                            stop = f"{name} is damaged"
+                            break
+                    else:
+                        dst.write(data)
+            if len(data) < csize:
+                stop = f"it breaks off inside {name}"
+                break
+    problems.append(f"{out.shown}: the zip archive ends early or is damaged ({why}; {stop}); "
+                    f"the {len(out.members) - kept_before} files read before the break are kept")

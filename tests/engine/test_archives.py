@@ -1,0 +1,123 @@
+"""`gpudoctor diagnose` on archives of logs (tar, compressed tar, zip; files and stdin): each file inside is a log
+of its own, a cut-off archive keeps what came before the cut, and nothing is left behind on disk."""
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.engine.sources import resolve
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rank-crash-then-timeout"
+RANKS = sorted(p.name for p in EXAMPLE.iterdir() if p.name.startswith("rank"))
+
+
+def _tar(path: Path, mode: str = "w:gz", extra: dict | None = None) -> Path:
+    with tarfile.open(path, mode) as tar:
+        for p in sorted(EXAMPLE.iterdir()):
+            tar.add(p, arcname=f"job/{p.name}")
+        for name, data in (extra or {}).items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _zip(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sorted(EXAMPLE.iterdir()):
+            zf.write(p, f"job/{p.name}")
+        zf.writestr("__MACOSX/job/._rank0.log", b"\x00\x05\x16\x07 resource fork")
+    return path
+
+
+def _ranks(out: str) -> list[str]:
+    """The RANK column of the text report's rank table."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Ranks"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.strip():
+            break
+        rows.append(line.split()[0])
+    return rows
+
+
+@pytest.mark.parametrize("suffix, mode", [("tgz", "w:gz"), ("tar", "w"), ("tar.xz", "w:xz"), ("tar.bz2", "w:bz2")])
+def test_each_file_in_a_tar_is_a_log_of_its_own(cli_proc, tmp_path, suffix, mode):
+    archive = _tar(tmp_path / f"logs.{suffix}", mode)
+    r = cli_proc("diagnose", "--no-color", str(archive), env={"TMPDIR": str(tmp_path), "COLUMNS": "300"})
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0].startswith(f"1 known cause in {len(RANKS) + 1} files in {archive}/job/")
+    assert "D20" in r.out and "rank2.log:16" in r.out  # evidence is located by member and line
+    assert _ranks(r.out) == ["0", "1", "2", "3"]  # ranks read off the members' names, as in a directory
+    assert "MN5" not in r.out and "\\x00" not in r.out  # the archive's headers are not read as log lines
+    assert not list(tmp_path.glob("gpudoctor-archive-*"))  # the scratch copies are gone when the run ends
+
+
+def test_a_zip_reads_the_same_and_skips_resource_forks(cli_proc, tmp_path):
+    archive = _zip(tmp_path / "logs.zip")
+    r = cli_proc("diagnose", "--json", str(archive), env={"TMPDIR": str(tmp_path)})
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["findings"][0]["id"] == "D20"
+    files = {i["name"] for i in doc["inputs"]}
+    assert files == {f"{archive}/job/{p.name}" for p in EXAMPLE.iterdir()}
+    assert not list(tmp_path.glob("gpudoctor-archive-*"))
+
+
+@pytest.mark.parametrize("make", [_tar, _zip], ids=["tgz", "zip"])
+def test_an_archive_piped_to_stdin_is_read_member_by_member(cli_proc, tmp_path, make):
+    archive = make(tmp_path / "logs.bin")
+    r = cli_proc("diagnose", "--no-color", input=archive.read_bytes(), env={"TMPDIR": str(tmp_path)})
+    assert r.code == 0, r.err
+    assert f"files in <stdin>/job/" in r.out.splitlines()[0] and _ranks(r.out) == ["0", "1", "2", "3"]
+    assert not list(tmp_path.glob("gpudoctor-archive-*"))
+
+
+def test_a_plain_log_on_stdin_is_not_taken_for_an_archive(cli_proc):
+    log = (EXAMPLE / "rank2.log").read_bytes()
+    r = cli_proc("diagnose", "--json", input=log)
+    doc = json.loads(r.out)
+    assert [i["name"] for i in doc["inputs"]] == ["<stdin>"] and doc["inputs"][0]["lines"] == log.count(b"\n")
+
+
+@pytest.mark.parametrize("make, keep", [(_tar, 2000), (_zip, 3000)], ids=["tgz", "zip"])
+def test_a_cut_off_archive_keeps_the_files_before_the_cut_and_says_so(cli_proc, tmp_path, make, keep):
+    whole = make(tmp_path / "whole.bin")
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(whole.read_bytes()[:keep])
+    r = cli_proc("diagnose", "--json", str(cut), env={"TMPDIR": str(tmp_path)})
+    assert r.code in (0, 1), r.err
+    assert "Traceback" not in r.err and "ends early or is damaged" in r.err
+    assert "read before the break are kept" in r.err
+    names = [i["name"] for i in json.loads(r.out)["inputs"]]
+    assert names and all(n.startswith(f"{cut}/job/") for n in names)
+    assert len(names) < len(list(EXAMPLE.iterdir()))
+
+
+def test_member_names_never_become_paths_and_links_are_skipped(tmp_path):
+    archive = _tar(tmp_path / "evil.tgz", extra={"../../escaped.log": b"RuntimeError: boom\n", ".hidden.log": b"x\n"})
+    with tarfile.open(tmp_path / "links.tar", "w") as tar:
+        link = tarfile.TarInfo("job/rank9.log")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    problems: list[str] = []
+    sources = resolve([str(archive), str(tmp_path / "links.tar")], problems)
+    names = [s.name for s in sources]
+    assert f"{archive}/../../escaped.log" in names and not any(".hidden" in n for n in names)
+    assert not (tmp_path.parent.parent / "escaped.log").exists()
+    assert all(s.path.parent.name.startswith("gpudoctor-archive-") for s in sources)  # copies in the scratch folder
+    assert problems == [f"{tmp_path / 'links.tar'}: the tar archive holds no files"]
+    assert next(s for s in sources if s.name.endswith("/job/rank3.log")).rank_hint == 3
+
+
+def test_an_empty_archive_is_an_input_error(cli_proc, tmp_path):
+    empty = tmp_path / "empty.zip"
+    zipfile.ZipFile(empty, "w").close()
+    r = cli_proc("diagnose", str(empty))
+    assert r.code == 2 and "holds no files" in r.err and "Traceback" not in r.err
