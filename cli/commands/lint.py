@@ -110,8 +110,14 @@ def _human(out, findings, result) -> None:
         fix = f"  fix: gpudoctor fix {f.entry_id}" if f.fix_id else f"  more: gpudoctor show {f.entry_id}"
         out.write(out.style(fix, "dim"))
         out.write()
+    import os
+
     counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITY_RANK}
-    files = f"{result.files} file{'s' if result.files != 1 else ''}"
+    failed = len(result.errors)  # missing paths, and files that did not read or parse (counted in result.files)
+    checked = result.files - sum(1 for path, _ in result.errors if os.path.isfile(path))
+    files = f"{checked} file{'s' if checked != 1 else ''}"
+    if failed:
+        files += f" ({failed} could not be checked: see the error{'s' if failed != 1 else ''} below)"
     if findings:
         parts = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
         out.write(f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({parts}) in {files}")

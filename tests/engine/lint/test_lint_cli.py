@@ -54,6 +54,9 @@ def test_exit_2_names_the_unparsable_file_and_lints_the_rest(tmp_path):
     assert payload["files"] == 2
     assert [e["path"].endswith("broken.py") for e in payload["errors"]] == [True]
     assert any(f["entry_id"] == "D22" for f in payload["findings"])
+    text = run(tmp_path, tmp_path / "gone.py")  # the summary counts what was checked and what was not
+    assert text.returncode == 2
+    assert text.stdout.strip().splitlines()[-1].endswith("in 1 file (2 could not be checked: see the errors below)")
 
 
 def test_missing_path_and_unknown_rule_are_usage_errors(tmp_path):
