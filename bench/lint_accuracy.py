@@ -113,7 +113,8 @@ def recall() -> dict:
     from gpudoctor.engine.lint import lint_paths
 
     expected, found, missed = 0, 0, []
-    for path in sorted([*(DATA / "buggy").glob("*.py"), *(DATA / "buggy").glob("*.sh")]):
+    for path in sorted([*(DATA / "buggy").glob("*.py"), *(DATA / "buggy").glob("*.sh"),
+                        *(DATA / "buggy").glob("*.sbatch")]):
         lines = path.read_text(encoding="utf-8").splitlines()
         result = lint_paths([str(path)])
         got = {(f.entry_id, f.line) for f in result.findings}
@@ -126,7 +127,7 @@ def recall() -> dict:
                 else:
                     missed.append(f"{path.name}:{n} {m.group(1)} (got {sorted(got)})")
     false_alarms = []
-    correct = sorted((DATA / "correct").glob("*.py"))
+    correct = sorted([*(DATA / "correct").glob("*.py"), *(DATA / "correct").glob("*.sbatch")])
     for path in correct:
         for f in lint_paths([str(path)]).findings:
             if f.severity == "error":

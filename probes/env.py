@@ -1,4 +1,5 @@
-"""The launch contract (D1, D3, D27): rank variables present and consistent, devices visible, one GPU per local rank."""
+"""The launch contract (D1, D3, D27; D2 under SLURM): rank variables present and consistent, devices visible, one GPU
+per local rank, and under SLURM, consistent with where srun put this process (probes/slurm.py)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,7 @@ from typing import Mapping
 
 from gpudoctor.probes import hostinfo
 from gpudoctor.probes.base import Result, confirmed, entry_ids, inconclusive, ruled_out, skipped
+from gpudoctor.probes.slurm import describe, missing_contract, slurm_context, slurm_problems
 
 CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 GATHER_TIMEOUT_S = 20.0
@@ -19,9 +21,25 @@ def probe(options: Mapping) -> Result:
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     evidence = [f"CUDA_VISIBLE_DEVICES={cvd if cvd is not None else '(unset)'}; GPUs visible: {gpus}"]
     figures = {"gpus_visible": gpus, "torchrun": torchrun}
+    slurm = slurm_context(env)
+    slurm_found: list[tuple[str, str]] = []
+    if slurm is not None:
+        evidence.append(describe(slurm))
+        figures["slurm"] = slurm
+        slurm_found = slurm_problems(env, slurm)
     if not present:
-        return skipped("not launched (no RANK, WORLD_SIZE): run it under torchrun", evidence, figures)
-    problems = contract_problems(env, gpus)
+        if slurm is None:
+            return skipped("not launched (no RANK, WORLD_SIZE): run it under torchrun", evidence, figures)
+        evidence += [f"{entry}: {text}" for entry, text in slurm_found]
+        if slurm_found and torchrun:
+            return confirmed(slurm_found[0][1], evidence, figures, entry_ids(e for e, _ in slurm_found))
+        if slurm_found:  # what this process will start is not known yet: a warning, not a finding
+            return inconclusive(slurm_found[0][1], evidence, figures, entry_ids(e for e, _ in slurm_found))
+        if slurm["in_step"]:
+            why = missing_contract(slurm)
+            return inconclusive(why, evidence + [f"D1: {why}"], figures, ("D1",))
+        return skipped("not launched (no RANK, WORLD_SIZE): run it under torchrun or srun", evidence, figures)
+    problems = contract_problems(env, gpus) + slurm_found
     evidence.insert(0, "launched by " + ("torchrun" if torchrun else "a launcher that is not torchrun")
                     + ": " + ", ".join(f"{n}={env[n]}" for n in present))
     job = hostinfo.job_from_env(env)

@@ -94,3 +94,34 @@ def test_importing_probe_modules_leaves_torch_unloaded(module):
     code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_env_probe_under_slurm_as_srun_and_sbatch_would_start_it(tmp_path):
+    """Real subprocesses with the variables srun sets in a task, and sbatch in the batch script of a 2-node job."""
+    import os
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE", "LOCAL_",
+                                                                      "MASTER_", "TORCHELASTIC_"))}
+    job = {"SLURM_JOB_ID": "77", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "COLUMNS": "80", "NO_COLOR": "1"}
+    task = dict(job, SLURM_STEP_ID="0", SLURM_PROCID="3", SLURM_LOCALID="3", SLURM_NTASKS="16", SLURM_NODEID="0",
+                SLURM_STEP_NUM_TASKS="16", SLURM_STEP_NUM_NODES="2", SLURM_STEP_TASKS_PER_NODE="8(x2)")
+
+    def probe(env):
+        proc = subprocess.run([sys.executable, "-m", "gpudoctor", "probe", "env", "--json"], capture_output=True,
+                              text=True, timeout=60, env={**base, **env})
+        return proc.returncode, json.loads(proc.stdout)["results"][0]
+
+    code, result = probe(task)
+    assert (code, result["status"], result["entries"]) == (0, "inconclusive", ["D1"])
+    assert any("SLURM_PROCID" in e for e in result["evidence"])  # the whole advice, not only the cut summary
+    code, result = probe(dict(job, TORCHELASTIC_RUN_ID="x"))  # torchrun started by the batch script itself
+    assert (code, result["status"], result["entries"]) == (1, "confirmed", ["D2"])
+    import socket
+
+    with socket.socket() as s:  # a launched probe run meets its peers here: a world of one meets only itself
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, result = probe(dict(task, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))  # exported once for every task
+    assert (code, result["status"]) == (1, "confirmed") and "WORLD_SIZE=1 but srun started 16" in result["summary"]
+    assert {"D1", "D3"} <= set(result["entries"]) and any("RANK=0 but this is task 3" in e for e in result["evidence"])

@@ -61,3 +61,58 @@ def test_cross_rank_duplicates_and_shared_gpus():
     assert any("ranks [2] did not report" in t for t in texts)
     assert any("both have LOCAL_RANK 0 on a" in t for t in texts)
     assert any("share one GPU on a" in t for t in texts)
+
+
+# SLURM: what srun and sbatch set, against what torch reads (probes/slurm.py)
+BATCH = {"SLURM_JOB_ID": "77", "SLURM_NNODES": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "8(x2)",
+         "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+STEP = dict(BATCH, SLURM_STEP_ID="0", SLURM_PROCID="9", SLURM_LOCALID="1", SLURM_NTASKS="16", SLURM_NODEID="1",
+            SLURM_STEP_NUM_TASKS="16", SLURM_STEP_NUM_NODES="2", SLURM_STEP_TASKS_PER_NODE="8(x2)")
+TORCH = {"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8", "MASTER_ADDR": "node0",
+         "MASTER_PORT": "29500"}
+
+
+def test_slurm_tasks_per_node_spec():
+    from gpudoctor.probes.slurm import tasks_per_node
+
+    assert tasks_per_node("2(x3),1") == [2, 2, 2, 1]
+    assert tasks_per_node("8") == [8] and tasks_per_node("junk(x") is None and tasks_per_node("") is None
+
+
+def test_the_batch_script_of_a_multinode_job_runs_on_one_node():
+    warned = run(BATCH, gpus=8)  # nothing launched yet: a warning
+    assert warned.status is Status.INCONCLUSIVE and warned.entries == ("D2",)
+    assert "first node only" in warned.summary and any("the batch script" in e for e in warned.evidence)
+    launched = run(dict(BATCH, TORCHELASTIC_RUN_ID="x"), gpus=8)  # torchrun started from the batch script
+    assert launched.status is Status.CONFIRMED and launched.entries == ("D2",)
+    assert run(dict(BATCH, SLURM_NNODES="1", SLURM_JOB_NUM_NODES="1")).status is Status.SKIPPED
+
+
+def test_an_srun_task_without_the_torch_variables_is_d1():
+    result = run(STEP, gpus=8)
+    assert result.status is Status.INCONCLUSIVE and result.entries == ("D1",)
+    assert "task 9 of 16" in result.summary and "SLURM_PROCID" in result.summary
+    assert "srun task 9 of 16, local task 1, 8 tasks on this node, 2 nodes" in " ".join(result.evidence)
+
+
+def test_torch_variables_that_are_not_this_tasks():
+    result = run(dict(STEP, **dict(TORCH, RANK="0", LOCAL_RANK="0", WORLD_SIZE="8", MASTER_ADDR="localhost")), gpus=8)
+    assert result.status is Status.CONFIRMED and result.entries == ("D1", "D2", "D3")
+    text = " ".join(result.evidence)
+    assert "WORLD_SIZE=8 but srun started 16 tasks" in text and "RANK=0 but this is task 9" in text
+    assert "LOCAL_RANK=0 but this is local task 1" in text and "MASTER_ADDR=localhost on a step across 2" in text
+
+
+def test_a_consistent_srun_task_is_ruled_out():
+    result = run(dict(STEP, **TORCH), gpus=8)
+    assert result.status is Status.RULED_OUT, result
+    assert result.figures["slurm"]["procid"] == 9
+
+
+def test_torchrun_in_every_one_of_several_tasks_per_node_is_d27():
+    env = dict(STEP, **dict(TORCH, RANK="3", LOCAL_RANK="3"), TORCHELASTIC_RUN_ID="x")
+    result = run(env, gpus=8)
+    assert result.status is Status.CONFIRMED and result.entries == ("D27",)
+    assert "8 tasks on this node and each runs torchrun" in result.summary
+    one = dict(env, SLURM_STEP_TASKS_PER_NODE="1(x2)", SLURM_STEP_NUM_TASKS="2", SLURM_NTASKS="2")
+    assert run(one, gpus=8).status is Status.RULED_OUT

@@ -1,6 +1,7 @@
 """The lint checks, one per module; ALL lists them in the order their codes are documented."""
 from __future__ import annotations
 
+from gpudoctor.engine.lint.checks.d2_batch_script_on_one_node import BatchScriptOnOneNode
 from gpudoctor.engine.lint.checks.d3_device_from_rank import DeviceFromGlobalRank
 from gpudoctor.engine.lint.checks.d8_find_unused_parameters import FindUnusedParameters
 from gpudoctor.engine.lint.checks.d10_batchnorm_without_syncbn import BatchNormWithoutSyncBN
@@ -8,6 +9,7 @@ from gpudoctor.engine.lint.checks.d21_collective_in_rank_branch import Collectiv
 from gpudoctor.engine.lint.checks.d22_sampler_without_set_epoch import SamplerWithoutSetEpoch
 from gpudoctor.engine.lint.checks.d23_every_rank_saves import EveryRankSaves
 from gpudoctor.engine.lint.checks.d26_model_changed_on_some_ranks import ModelChangedOnSomeRanks
+from gpudoctor.engine.lint.checks.d27_torchrun_per_srun_task import TorchrunPerSrunTask
 from gpudoctor.engine.lint.checks.mn3_init_without_timeout import InitWithoutTimeout
 from gpudoctor.engine.lint.checks.mn5_restarts_without_resume import RestartsWithoutResume
 from gpudoctor.engine.lint.checks.p1_dataparallel import DataParallel
@@ -16,8 +18,9 @@ from gpudoctor.engine.lint.checks.p3_ddp_without_sampler import DDPWithoutSample
 from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import AccumulationWithoutNoSync
 
 ALL = (
-    DeviceFromGlobalRank(), FindUnusedParameters(), BatchNormWithoutSyncBN(), CollectiveInRankBranch(),
-    SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(), InitWithoutTimeout(), RestartsWithoutResume(),
+    BatchScriptOnOneNode(), DeviceFromGlobalRank(), FindUnusedParameters(), BatchNormWithoutSyncBN(),
+    CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(),
+    TorchrunPerSrunTask(), InitWithoutTimeout(), RestartsWithoutResume(),
     DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), AccumulationWithoutNoSync(),
 )
 BY_CODE = {c.code: c for c in ALL}

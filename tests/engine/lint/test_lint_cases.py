@@ -21,7 +21,7 @@ def _load():
 
 @pytest.mark.parametrize("entry_id,case", list(_load()))
 def test_case(entry_id, case, tmp_path):
-    if "script" in case or case.get("path", "").endswith(".sh"):
+    if "script" in case or case.get("path", "").endswith((".sh", ".sbatch", ".slurm")):
         launch = tmp_path / case["path"]
         launch.write_text(case["code"])
         if "script" in case:

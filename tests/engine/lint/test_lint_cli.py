@@ -125,11 +125,13 @@ def test_shell_launch_script_is_linted(tmp_path):
 def test_list_rules_and_help():
     proc = run("--list-rules", "--json")
     rules = json.loads(proc.stdout)
-    assert {r["id"] for r in rules} >= {"D3", "D21", "D22", "P3", "D8", "D10", "D23", "P2", "P6", "MN3", "MN5", "P1"}
+    assert {r["id"] for r in rules} >= {"D2", "D3", "D21", "D22", "P3", "D8", "D10", "D23", "D27", "P2", "P6", "MN3",
+                                        "MN5", "P1"}
     assert run("--help").returncode == 0
 
 
-@pytest.mark.parametrize("path", sorted(BUGGY.glob("*.py")) + sorted(BUGGY.glob("*.sh")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(BUGGY.glob("*.py")) + sorted(BUGGY.glob("*.sh")) + sorted(BUGGY.glob("*.sbatch")),
+                         ids=lambda p: p.name)
 def test_buggy_script_reports_the_established_entry_at_its_line(path):
     from gpudoctor.engine.lint import lint_paths
 
@@ -139,7 +141,7 @@ def test_buggy_script_reports_the_established_entry_at_its_line(path):
     assert expected <= got
 
 
-@pytest.mark.parametrize("path", sorted(CORRECT.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(CORRECT.glob("*.py")) + sorted(CORRECT.glob("*.sbatch")), ids=lambda p: p.name)
 def test_correct_script_has_no_error_or_warning(path):
     from gpudoctor.engine.lint import lint_paths
 
