@@ -315,6 +315,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.ds_auto import auto_float_rule
     from gpudoctor.engine.init_wait import init_wait_rule
     from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule
+    from gpudoctor.engine.shm_rules import shm_rules
 
     verdicts: list[Verdict] = []
     texts = {name: unwrapped(text) for name, text in (texts or {}).items()}
@@ -329,6 +330,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(coll_desync_rule(whole, scan.name))
             verdicts.extend(error_trace_rule(whole, scan.name))
             verdicts.extend(first_collective_rule(whole, scan.name))
+            verdicts.extend(shm_rules(whole, scan.name))
             verdicts.extend(two_gpus_one_process_rule(whole, scan.name))
             verdicts.extend(multi_device_module_rule(whole, scan.name))
             verdicts.extend(zero_setup_rule(whole, scan.name))

@@ -828,3 +828,15 @@ def test_ready_twice_under_reentrant_checkpointing_is_d8_with_a_note_that_says_s
     d = run(catalog, plain)
     assert matches(d)[:1] == ["D8"]
     assert not any("reentrant" in n for n in d.notes)
+
+
+def test_a_refused_shm_segment_rules_d24_out_even_against_the_error_trace_hint(catalog):
+    """NCCL's back-trace through include/shm.h alone hints D24; the failed call's errno (Permission denied, not No
+    space left) rules it out, and the note says what to check instead."""
+    refused = (LOGS / "negative" / "nccl-328-shm-open-permission-denied-dev-shm.log").read_text()
+    result = run(catalog, refused)
+    assert "D24" not in [f.id for f in result.findings]
+    assert any("refused the segment, it is not too small" in n for n in result.notes)
+    full = refused.replace("Call to shm_open failed : Permission denied", "Call to posix_fallocate failed : "
+                                                                          "No space left on device")
+    assert [f.id for f in run(catalog, full).findings if f.tier == "match"][:1] == ["D24"]

@@ -1,0 +1,69 @@
+"""Evidence about NCCL's shared-memory segments in /dev/shm (D24): why a segment could not be made, and the bus
+error that a full /dev/shm raises inside NCCL.
+
+NCCL makes each segment with open/shm_open, ftruncate or posix_fallocate and mmap, and reports a failed call as
+WARN "Call to %s failed : %s" with strerror (src/include/shm.h in 2.4-2.11, src/misc/shmutils.cc's SYSCHECK from
+2.12). "No space left on device" is the full /dev/shm of a container (D24's cause); "Permission denied" or "Read-only
+file system" is a /dev/shm NCCL may not write at all, another cause with the same "Error while creating shared
+memory segment" line after it. Before NCCL reserved the space up front, a full tmpfs let the mmap succeed and
+faulted on first touch: a SIGBUS ("Bus error") inside NCCL's own frames.
+"""
+from __future__ import annotations
+
+from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.rules import Verdict
+from gpudoctor.engine.textfind import lines_with
+
+_CALL_FAILED = _lazy(r"Call to (?P<call>shm_open|open|ftruncate|posix_fallocate|fallocate|mmap) failed ?: (?P<why>[^\n]+)")
+_REFUSED = ("Permission denied", "Read-only file system", "Operation not permitted")
+_FULL = ("No space left on device",)
+_BUS = _lazy(r"\bBus error\b|\bSIGBUS\b|Caught signal 7\b")
+_NCCL_FRAME = _lazy(r"(?i)\bnccl\w*|libnccl")
+BUS_WINDOW = 20  # lines of a crash report's backtrace read after the signal line
+
+
+def shm_rules(text: str, file: str) -> list[Verdict]:
+    return _refused(text, file) + _bus_error(text, file)
+
+
+def _refused(text: str, file: str) -> list[Verdict]:
+    """A segment NCCL was refused (not out of space): D24's full /dev/shm is ruled out."""
+    if "Call to " not in text:
+        return []
+    refused = None
+    for line_no, line in lines_with(text, "Call to "):
+        m = _CALL_FAILED.search(line)
+        if m is None:
+            continue
+        why = m.group("why").strip()
+        if any(w in why for w in _FULL):
+            return []  # out of space after all: D24 stands
+        if refused is None and any(w in why for w in _REFUSED):
+            refused = (line_no, line, m.group("call"), why)
+    if refused is None:
+        return []
+    line_no, line, call, why = refused
+    note = (f"{file}: NCCL's {call}() in /dev/shm failed with \"{why}\": /dev/shm refused the segment, it is not too "
+            f"small; check who may write there (its mode should be 1777) rather than its size")
+    return [Verdict("D24", "rule:shm-refused", (Evidence(file, line_no, line, "rule:shm-refused"),), rule_out=True,
+                    note=note)]
+
+
+def _bus_error(text: str, file: str) -> list[Verdict]:
+    """A bus error whose backtrace runs through NCCL: a segment in a full /dev/shm touched for the first time."""
+    if "Bus error" not in text and "SIGBUS" not in text and "signal 7" not in text:
+        return []
+    lines = text.split("\n")
+    for at, line in enumerate(lines):
+        if not _BUS.search(line) or "DataLoader" in line or "dataloader" in line:
+            continue  # (a DataLoader worker's bus error is the same full /dev/shm, but not NCCL's: not D24)
+        for k in range(at, min(len(lines), at + BUS_WINDOW)):
+            if _NCCL_FRAME.search(lines[k]):
+                evidence = (Evidence(file, at + 1, line, "rule:nccl-bus-error"),
+                            Evidence(file, k + 1, lines[k], "rule:nccl-bus-error"),
+                            Evidence(file, at + 1, "a bus error inside NCCL: its shared-memory segment in /dev/shm was "
+                                                   "mapped but the space behind it ran out when first touched",
+                                     "because"))
+                return [Verdict("D24", "rule:nccl-bus-error", evidence, score=0.85)]
+    return []
