@@ -51,6 +51,9 @@ STRUCTURAL = {  # name: (regex, literals one of which every match contains; a te
     # time on rank logs; engine/ranks.py reads the rank off the hit line)
     "elastic-rank": (r"\(local_rank: \d+\)", ("(local_rank: ",)),
     "elastic-exitcode": (r"\bexitcode\s*: -?\d+ \(pid: \d+\)", ("exitcode",)),
+    # srun's account of tasks that ended badly (Slurm's launch plugin, _task_finish: "%s: %s %s: %s%s" with the hosts,
+    # "task"/"tasks", the task ids, strsignal() and " (core dumped)"; "... Out Of Memory" for the cgroup OOM killer)
+    "srun-task-exit": (r"srun: error: \S+: tasks? [\d,\-]+: ", ("srun: error: ",)),
     # Horovod's stall inspector (stall_inspector.cc, 0.20+) lists each missing rank and the tensors it never submitted
     "horovod-missing": (r"(?:^|[>:\]])\d{1,6}!?: \[\S", (": [",)),
 }

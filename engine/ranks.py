@@ -179,6 +179,8 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
     roots = scan.hits.get(index["elastic-root-cause"])
     if roots:
         _elastic_root_cause(state, scan, index, roots.all())
+    elif not scan.hits.get(index["elastic-rank"]):
+        _srun_task_deaths(state, scan, index)
     # a rank whose traceback was cut before its error line, with no error of its own anywhere in the input and not
     # stopped in a collective (where waiting ranks stop), raised something itself: a pasted excerpt lost the line
     for rank, tb, hit in cut:
@@ -256,6 +258,46 @@ def _elastic_root_cause(state: RankState, scan, index: dict[str, int], roots: li
             r.sources.append(scan.name)
         if r.first_error is None:
             _record_error(state, r, scan.name, code_hit, code_hit.text)
+
+
+# the deaths srun reports that no rank inflicts on itself while waiting (as for torchelastic's exit codes above): a
+# signal from outside, or the cgroup's OOM killer; an exit code or SIGABRT is as often a rank that gave up waiting
+_SRUN_DEATH = _lazy(r"srun: error: \S+: tasks? ([\d,\-]+): (Out Of Memory|Killed|Segmentation fault|Bus error|"
+                    r"Illegal instruction|Floating point exception)")
+MAX_SRUN_TASKS = 1024
+
+
+def _srun_task_deaths(state: RankState, scan, index: dict[str, int]) -> None:
+    """srun's "task 3: Killed" names a rank that died without a word of its own, when each task is a rank (srun
+    python train.py). Not under torchrun, whose agent is one task per node (the caller checks: no elastic lines)."""
+    hits = scan.hits.get(index["srun-task-exit"])
+    if not hits:
+        return
+    for hit in hits.all():
+        m = _SRUN_DEATH.search(hit.text)
+        if m is None:
+            continue
+        for task in _task_ids(m.group(1)):
+            if state.world and task >= state.world:
+                continue
+            r = state.rank(task)
+            if scan.name not in r.sources:
+                r.sources.append(scan.name)
+            if r.first_error is None:
+                _record_error(state, r, scan.name, hit, hit.text)
+
+
+def _task_ids(spec: str) -> list[int]:
+    """Slurm's task list ("0-3,7") as ids, at most MAX_SRUN_TASKS of them."""
+    ids: list[int] = []
+    for part in spec.split(","):
+        lo, dash, hi = part.partition("-")
+        if not lo.isdigit() or (dash and not hi.isdigit()):
+            continue
+        ids += range(int(lo), min(int(hi or lo), int(lo) + MAX_SRUN_TASKS) + 1)
+        if len(ids) >= MAX_SRUN_TASKS:
+            break
+    return ids[:MAX_SRUN_TASKS]
 
 
 _HVD_MISSING = _lazy(r"(?:^|[>:\]])(\d{1,6})!?: \[([^\]]*)")
