@@ -7,6 +7,7 @@ import socket
 from dataclasses import dataclass, field
 
 from gpudoctor.engine.fixes.errors import FixError, NotApplicable
+from gpudoctor.engine.fixes.srun import one_task_per_node, split_srun, srun_per_node
 
 # options of each launcher that take no value; every other option takes one (as --x=v or --x v)
 _FLAGS = {
@@ -32,6 +33,7 @@ class Launch:
     script: str  # the script path, or the module name when module is set
     module: bool = False
     args: list[str] = field(default_factory=list)  # the script's own arguments
+    wrapper: list[str] = field(default_factory=list)  # srun and its options, when srun starts the launcher
 
     def option(self, *names: str) -> str | None:
         keys = {_norm(n) for n in names}
@@ -56,6 +58,7 @@ def parse_launch(cmd: str) -> Launch:
         env.append(words.pop(0))
     if words and words[0] == "env":
         words.pop(0)
+    wrapper, words = split_srun(words)
     if not words:
         raise FixError("--cmd: no command given")
     head = os.path.basename(words[0])
@@ -67,7 +70,7 @@ def parse_launch(cmd: str) -> Launch:
         if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
             launcher, rest = "torchrun", rest[2:]
         else:
-            return _finish(env, "python", options, rest)
+            return _with(_finish(env, "python", options, rest), wrapper)
     elif head == "torchrun":
         launcher = "torchrun"
     elif head == "accelerate":
@@ -79,7 +82,12 @@ def parse_launch(cmd: str) -> Launch:
     else:
         raise FixError(f"--cmd: {words[0]!r} is not a launcher gpudoctor knows (python, torchrun, accelerate, deepspeed)")
     options, rest = _take_options(rest, launcher)
-    return _finish(env, launcher, options, rest)
+    return _with(_finish(env, launcher, options, rest), wrapper)
+
+
+def _with(launch: Launch, wrapper: list[str]) -> Launch:
+    launch.wrapper = wrapper
+    return launch
 
 
 def _take_options(words: list[str], launcher: str, stop_at=frozenset()) -> tuple[list, list[str]]:
@@ -164,6 +172,11 @@ def rewrite(cmd: str, how: str, facts: dict) -> tuple[str, list[str]]:
     notes: list[str] = []
     build = _REWRITES[how]
     words = build(launch, facts, notes)
+    if launch.wrapper:  # srun (as the rewrite left it) goes after the leading NAME=value words
+        lead = 0
+        while lead < len(words) and "=" in words[lead] and words[lead].split("=", 1)[0].isidentifier():
+            lead += 1
+        words = words[:lead] + launch.wrapper + words[lead:]
     new = shlex.join(words)
     check(new, launch, words)
     if new == shlex.join(shlex.split(cmd)):
@@ -272,6 +285,11 @@ def _deepspeed(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
 
 def _nproc_to_gpus(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
     """D27: the same launcher and script, with one process per visible GPU on each node."""
+    from gpudoctor.engine.fixes.srun import copies_per_node
+
+    if launch.wrapper and (copies_per_node(launch.wrapper) or 1) > 1:
+        raise NotApplicable(f"srun starts {copies_per_node(launch.wrapper)} copies of {launch.launcher} per node: "
+                            "fewer workers per copy does not help; see srun-one-task-per-node")
     nproc = _count(facts, "nproc")
     if launch.launcher == "torchrun":
         if not nproc:
@@ -301,4 +319,6 @@ _REWRITES = {
     "accelerate-multi-gpu": _accelerate,
     "deepspeed-launcher": _deepspeed,
     "nproc-to-gpus": _nproc_to_gpus,
+    "srun-one-task-per-node": one_task_per_node,
+    "srun-per-node": srun_per_node,
 }

@@ -111,6 +111,34 @@ def test_d27_one_process_per_visible_gpu():
         rewrite("python train.py", "nproc-to-gpus", {})
 
 
+def test_d27_under_srun_one_launcher_per_node():
+    cmd = "OMP_NUM_THREADS=4 srun -N 2 --ntasks-per-node=8 -l --gres=gpu:8 torchrun --nnodes=2 --nproc-per-node=8 t.py --lr 1"
+    assert parse_launch(cmd).wrapper == ["srun", "-N", "2", "--ntasks-per-node=8", "-l", "--gres=gpu:8"]
+    new, notes = rewrite(cmd, "srun-one-task-per-node", {})
+    assert _words(new) == ["OMP_NUM_THREADS=4", "srun", "-N", "2", "-l", "--gres=gpu:8", "--ntasks-per-node=1",
+                           "torchrun", "--nnodes=2", "--nproc-per-node=8", "t.py", "--lr", "1"]
+    assert any("one torchrun per node" in n for n in notes)
+    new, _ = rewrite("srun --ntasks 16 accelerate launch --multi_gpu t.py", "srun-one-task-per-node", {})
+    assert _words(new) == ["srun", "--ntasks-per-node=1", "accelerate", "launch", "--multi_gpu", "t.py"]
+    with pytest.raises(NotApplicable, match="fewer workers per copy"):  # the worker count was never the problem
+        rewrite(cmd, "nproc-to-gpus", {})
+    with pytest.raises(NotApplicable, match="srun's task count is the rank count"):
+        rewrite("srun -n 16 python t.py", "srun-one-task-per-node", {})
+    with pytest.raises(NotApplicable, match="no srun"):
+        rewrite("torchrun --nproc-per-node=8 t.py", "srun-one-task-per-node", {})
+
+
+def test_d2_in_a_batch_script_srun_starts_the_launcher_on_every_node():
+    new, notes = rewrite("NCCL_DEBUG=INFO torchrun --nnodes=2 --nproc-per-node=8 t.py", "srun-per-node", {})
+    assert _words(new) == ["NCCL_DEBUG=INFO", "srun", "--ntasks-per-node=1", "torchrun", "--nnodes=2",
+                           "--nproc-per-node=8", "t.py"]
+    assert any("scontrol show hostnames" in n for n in notes)  # no rendezvous endpoint given: say where to meet
+    with pytest.raises(NotApplicable, match="already runs under srun"):
+        rewrite("srun --ntasks-per-node=1 torchrun t.py", "srun-per-node", {})
+    with pytest.raises(FixError, match="needs a value"):
+        rewrite("srun -N", "srun-per-node", {})
+
+
 @pytest.mark.parametrize("cmd, how", [
     ("python train.py --name 'a b' --x=\"$HOME\"", "torchrun-standalone"),
     ("torchrun --nproc_per_node 2 train.py -- --weird 'x;y'", "free-port"),
