@@ -254,7 +254,7 @@ def main(argv=None) -> int:
                         help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127, and the "
                              "later collections of that day, dev-1127b to dev-1127f and sealed-1127b to sealed-1127e)")
     parser.add_argument("--before-relabel", action="store_true",
-                        help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27, MN8) joined "
+                        help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27, D28, MN8) joined "
                              "the catalogue or widened to take in its cause (D8), to compare with figures measured before")
     parser.add_argument("--dev-only", action="store_true",
                         help="measure the development set alone: for whoever is writing signatures, so that not "

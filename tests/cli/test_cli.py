@@ -59,7 +59,7 @@ def test_show_markdown_and_json_carry_the_same_entry(cli):
 
 def test_list_json_and_sections(cli):
     doc = json.loads(cli("list", "--json").out)
-    assert len(doc) == 42 and {"id", "title", "section", "log_visibility"} <= set(doc[0])
+    assert len(doc) == 43 and {"id", "title", "section", "log_visibility"} <= set(doc[0])
     r = cli("list", "--section", "multi-node")
     assert r.code == 0 and "MN1" in r.out and "D8 " not in r.out
     assert cli("list", "--section", "gpus").code == 2
