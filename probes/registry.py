@@ -14,6 +14,8 @@ PROBES: tuple[Probe, ...] = (
     Probe("nic", "network interfaces NCCL would pick (NCCL_SOCKET_IFNAME, IB)", f"{_P}.nic:probe", timeout_s=10),
     Probe("mtu", "MTU along the path to a peer (jumbo frames)", f"{_P}.mtu:probe", timeout_s=20),
     Probe("shm", "/dev/shm size and free space for NCCL's shared-memory transport", f"{_P}.shm:probe", timeout_s=10),
+    Probe("hostmem", "host RAM per local rank, memory cgroup limit, OOM-killer kills", f"{_P}.hostmem:probe",
+          timeout_s=10),
     Probe("ckptdir", "checkpoint directory on storage every node shares (multi-node saves and resumes)",
           f"{_P}.ckptdir:probe", timeout_s=10),
     Probe("p2p", "GPU peer-to-peer: advertised pairs, IOMMU mode, a real peer copy", f"{_P}.p2p:probe",
