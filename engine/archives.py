@@ -44,7 +44,7 @@ def spool_stdin(stdin, sniff: int = 4096):
             inner = b""
     if archive_kind(head, inner) is None:
         return _Prefixed(head, stdin), None
-    path = _folder() / "stdin"
+    path = _folder() / "stdin"  # (removed with the members copied out of it, when the run ends)
     with open(path, "wb") as out:
         out.write(head)
         _copy(stdin, out)
@@ -85,8 +85,16 @@ class _Out:
         clean = name.replace("\\", "/").strip("/")
         base = _UNSAFE.sub("_", clean.rsplit("/", 1)[-1])[-80:] or "member"
         path = self.folder / f"{len(self.members):06d}-{base}"
+        fh = open(path, "wb")  # listed only once it exists: a full disk leaves no name without a file
         self.members.append((f"{self.shown}/{clean}", path))
-        return open(path, "wb")
+        return fh
+
+    def drop_last(self) -> None:
+        name, path = self.members.pop()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def _copy(src, dst) -> None:
@@ -150,12 +158,13 @@ def _zip(path: Path, out: _Out, problems: list[str]) -> None:
         for info in archive.infolist():
             if info.is_dir() or _skipped(info.filename):
                 continue
+            before = len(out.members)
             try:
                 with archive.open(info) as src, out.open(info.filename) as dst:
                     _copy(src, dst)
             except (RuntimeError, NotImplementedError) as exc:  # encrypted, or a compression zipfile lacks
-                if out.members and out.members[-1][0].endswith("/" + info.filename.strip("/")):
-                    os.unlink(out.members.pop()[1])
+                if len(out.members) > before:
+                    out.drop_last()
                 problems.append(f"{out.shown}: {info.filename} skipped ({_reason(exc)})")
             except OSError:  # writing the copy failed: expand() says so
                 raise

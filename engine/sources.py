@@ -116,7 +116,10 @@ def _file_sources(path: Path, shown: str, problems: list[str], depth: int = 0) -
         problems.append(f"{shown}: the {kind} archive holds no files")
     out = []
     for name, copy in sorted(members, key=lambda m: _natural(Path(m[0]))):
-        out += _file_sources(copy, name, problems, depth + 1)
+        try:
+            out += _file_sources(copy, name, problems, depth + 1)
+        except InputError as exc:  # one member that cannot be read: named, and the others are read
+            problems.append(str(exc))
     return out
 
 

@@ -121,3 +121,25 @@ def test_an_empty_archive_is_an_input_error(cli_proc, tmp_path):
     zipfile.ZipFile(empty, "w").close()
     r = cli_proc("diagnose", str(empty))
     assert r.code == 2 and "holds no files" in r.err and "Traceback" not in r.err
+
+
+def test_an_encrypted_zip_member_is_named_and_skipped_and_the_others_read(tmp_path):
+    import struct
+
+    archive = tmp_path / "logs.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("job/rank0.log", (EXAMPLE / "rank0.log").read_bytes())
+        zf.writestr("job/rank2.log", (EXAMPLE / "rank2.log").read_bytes())
+    data = bytearray(archive.read_bytes())
+    with zipfile.ZipFile(archive) as zf:
+        second = zf.getinfo("job/rank2.log")
+    data[second.header_offset + 6] |= 0x01  # the local header's "encrypted" flag
+    central = max(i for i in range(len(data)) if data.startswith(b"PK\x01\x02", i)
+                  and struct.unpack_from("<I", data, i + 42)[0] == second.header_offset)
+    data[central + 8] |= 0x01  # and the central directory's
+    archive.write_bytes(bytes(data))
+    problems: list[str] = []
+    sources = resolve([str(archive)], problems)
+    assert [s.name for s in sources] == [f"{archive}/job/rank0.log"]
+    assert len(problems) == 1 and "job/rank2.log skipped" in problems[0] and "encrypted" in problems[0]
+    assert len(list(sources[0].path.parent.iterdir())) == 1  # the skipped member left no file behind
