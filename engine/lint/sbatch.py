@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 
-__all__ = ["Command", "commands", "directives", "nodes_of", "tasks_per_node_of", "LAUNCHERS"]
+__all__ = ["Command", "assignments", "commands", "directives", "nodes_of", "tasks_per_node_of", "LAUNCHERS"]
 
 # launchers that start the workers of one node and expect one copy of themselves per node
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "accelerate launch")
