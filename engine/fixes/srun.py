@@ -31,8 +31,7 @@ def split_srun(words: list[str]) -> tuple[list[str], list[str]]:
         if word == "--":
             i += 1
             break
-        takes_value = not (word in _FLAGS or "=" in word or (len(word) > 2 and not word.startswith("--")))
-        i += 2 if takes_value else 1
+        i += 2 if _takes_value(word) else 1
     if i > len(words):
         raise FixError(f"--cmd: srun option {words[-1]} needs a value")
     return words[:i], words[i:]
@@ -49,6 +48,12 @@ def copies_per_node(wrapper: list[str]) -> int | None:
     return None
 
 
+def _takes_value(word: str) -> bool:
+    """Whether the next word is this option's value: not for a flag, --opt=v, or a short option with it attached
+    (-N2)."""
+    return not (word in _FLAGS or "=" in word or (len(word) > 2 and not word.startswith("--")))
+
+
 def _option_name(word: str) -> str:
     if word.startswith("--"):
         return word.split("=", 1)[0]
@@ -60,8 +65,7 @@ def _without(wrapper: list[str], names: set[str]) -> list[str]:
     kept, i = [wrapper[0]], 1
     while i < len(wrapper):
         word = wrapper[i]
-        takes_value = not (word in _FLAGS or "=" in word or (len(word) > 2 and not word.startswith("--")))
-        step = 2 if takes_value and word.startswith("-") else 1
+        step = 2 if word.startswith("-") and _takes_value(word) else 1
         if _option_name(word) not in names:
             kept += wrapper[i:i + step]
         i += step
