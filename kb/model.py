@@ -100,7 +100,8 @@ FIX_TRANSFORMS = {
                 "nproc-to-gpus", "srun-one-task-per-node", "srun-per-node"),
     "patch": ("device-from-local-rank", "find-unused-parameters", "join-uneven-inputs", "sync-batchnorm",
               "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
-              "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint"),
+              "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",
+              "low-cpu-mem-usage"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.

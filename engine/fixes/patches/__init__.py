@@ -17,6 +17,7 @@ PATCHES = {
     "save-on-each-node": "loops:save_on_each_node",
     "collective-out-of-rank-branch": "ranks:collective_out_of_rank_branch",
     "rank-zero-side-effects": "ranks:rank_zero_side_effects",
+    "low-cpu-mem-usage": "loading:low_cpu_mem_usage",
 }
 
 
