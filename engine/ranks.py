@@ -251,13 +251,20 @@ def _elastic_root_cause(state: RankState, scan, index: dict[str, int], roots: li
         rank = int(said_rank.group(1))
         # only a death by a signal no rank sends itself on a timeout counts: an exit code of 1 or an abort (SIGABRT is
         # how NCCL's async error handling ends a rank that timed out) is as often a waiting rank that gave up first
-        if int(_ELASTIC_EXIT.search(code_hit.text).group(1)) not in _CRASH_SIGNALS or (state.world and rank >= state.world):
+        if int(_ELASTIC_EXIT.search(code_hit.text).group(1)) not in _CRASH_SIGNALS:
             continue
-        r = state.rank(rank)
-        if scan.name not in r.sources:
-            r.sources.append(scan.name)
-        if r.first_error is None:
-            _record_error(state, r, scan.name, code_hit, code_hit.text)
+        _launcher_saw_die(state, scan.name, rank, code_hit)
+
+
+def _launcher_saw_die(state: RankState, file: str, rank: int, hit: Hit) -> None:
+    """A rank its launcher (torchelastic, srun) says was killed: that is its error, unless it printed one itself."""
+    if state.world and rank >= state.world:
+        return
+    r = state.rank(rank)
+    if file not in r.sources:
+        r.sources.append(file)
+    if r.first_error is None:
+        _record_error(state, r, file, hit, hit.text)
 
 
 # the deaths srun reports that no rank inflicts on itself while waiting (as for torchelastic's exit codes above): a
@@ -278,13 +285,7 @@ def _srun_task_deaths(state: RankState, scan, index: dict[str, int]) -> None:
         if m is None:
             continue
         for task in _task_ids(m.group(1)):
-            if state.world and task >= state.world:
-                continue
-            r = state.rank(task)
-            if scan.name not in r.sources:
-                r.sources.append(scan.name)
-            if r.first_error is None:
-                _record_error(state, r, scan.name, hit, hit.text)
+            _launcher_saw_die(state, scan.name, task, hit)
 
 
 def _task_ids(spec: str) -> list[int]:
