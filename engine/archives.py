@@ -19,7 +19,6 @@ from gpudoctor.engine.lazyregex import LazyRegex
 
 __all__ = ["expand", "spool_stdin"]
 
-ZIP_MAGIC = b"PK\x03\x04"
 _CHUNK = 1 << 20
 _UNSAFE = LazyRegex(r"[^\w.-]+")
 _scratch: list[str] = []  # scratch folders this process made, removed at exit
@@ -28,7 +27,7 @@ _scratch: list[str] = []  # scratch folders this process made, removed at exit
 def spool_stdin(stdin, sniff: int = 4096):
     """(stdin as the scan should read it, None), or (None, a copy on disk) when standard input holds a tar or zip
     archive, which is then read as that file is. The bytes read to tell are handed back in front of the rest."""
-    from gpudoctor.engine.sources import InputError, _decompressor, _Prefixed, _Tolerant, archive_kind, codec_of
+    from gpudoctor.engine.sources import _Prefixed, archive_kind, codec_of, inner_head
 
     head = b""
     while len(head) < sniff and (more := stdin.read(sniff - len(head))):
@@ -37,11 +36,7 @@ def spool_stdin(stdin, sniff: int = 4096):
     if codec is not None:
         import io
 
-        try:
-            with _Tolerant(_decompressor(io.BytesIO(head), codec, "<stdin>"), "<stdin>", codec) as fh:
-                inner = fh.read(sniff)
-        except InputError:  # zstd without zstandard: the scan says so
-            inner = b""
+        inner = inner_head(io.BytesIO(head), codec, "<stdin>")
     if archive_kind(head, inner) is None:
         return _Prefixed(head, stdin), None
     path = _folder() / "stdin"  # (removed with the members copied out of it, when the run ends)
@@ -178,6 +173,8 @@ def _zip_local(path: Path, out: _Out, problems: list[str], why: str) -> None:
     only after its data) ends the walk."""
     import struct
     import zlib
+
+    from gpudoctor.engine.sources import ZIP_MAGIC
 
     kept_before = len(out.members)
     stop = "its index is missing"

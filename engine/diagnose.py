@@ -175,7 +175,9 @@ def diagnose(
 
     verdicts = evaluate(scans, texts, dumps_text)
     findings, rule_notes = merge(entries, findings, verdicts)
-    ruled_out = {v.entry for v in verdicts if v.rule_out} - {v.entry for v in verdicts if not v.rule_out and v.tier == "match"}
+    # an entry the structure rules out stays out unless a rule confirms it; a possible-tier hint does not bring it back
+    confirmed = {v.entry for v in verdicts if not v.rule_out and v.tier == "match"}
+    ruled_out = {v.entry for v in verdicts if v.rule_out} - confirmed
     hints = [v for v in verdicts if v.tier == "possible" and v.entry not in ruled_out]
     findings += _possible(catalog, scans, patterns, findings, ruled_out, texts, hints, weak)
     findings = annotate(findings)

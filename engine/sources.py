@@ -13,8 +13,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs every run start-up time
     from typing import BinaryIO
 
-__all__ = ["InputError", "Source", "resolve", "open_source", "codec_of", "archive_kind", "rank_hints",
-           "stdin_is_terminal", "GZIP_MAGIC"]
+__all__ = ["InputError", "Source", "resolve", "open_source", "codec_of", "archive_kind", "inner_head",
+           "rank_hints", "stdin_is_terminal", "GZIP_MAGIC", "ZIP_MAGIC"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 # how each compressed format starts; the name a user gave the file does not matter
@@ -49,9 +49,12 @@ class Source:
     codec: str | None = None  # gzip | xz | zstd | bzip2, read from the first bytes
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # a zip member's local header; an empty zip starts with its index, PK\x05\x06
+
+
 def archive_kind(raw_head: bytes, head: bytes) -> str | None:
     """"tar" or "zip" when a file's first bytes (raw, and decompressed when it is compressed) say so."""
-    if raw_head.startswith((b"PK\x03\x04", b"PK\x05\x06")):  # a member's header; an empty zip's index
+    if raw_head.startswith((ZIP_MAGIC, b"PK\x05\x06")):
         return "zip"
     if head[257:262] == b"ustar":  # where POSIX and GNU tar put their magic in every member header
         return "tar"
@@ -96,10 +99,9 @@ def _file_sources(path: Path, shown: str, problems: list[str], depth: int = 0) -
     codec = codec_of(head)
     if codec is not None:  # what it holds: a tar, a flight-recorder dump (often gzipped), or a log
         try:
-            with _Tolerant(_decompressor(open(path, "rb", buffering=0), codec, shown), shown, codec) as fh:
-                head = fh.read(SNIFF_BYTES)
-        except (OSError, InputError):
-            head = b""  # damaged, or no zstandard: read as a log, and the scan says how far it got
+            head = inner_head(open(path, "rb", buffering=0), codec, shown)
+        except OSError:
+            head = b""
     kind = archive_kind(raw_head, head) if depth < 2 else None
     if kind is None:
         return [_file_source(path, shown, st, codec, head)]
@@ -121,6 +123,16 @@ def _file_sources(path: Path, shown: str, problems: list[str], depth: int = 0) -
         except InputError as exc:  # one member that cannot be read: named, and the others are read
             problems.append(str(exc))
     return out
+
+
+def inner_head(raw, codec: str, name: str) -> bytes:
+    """The first decompressed bytes of a compressed stream, which is closed after; b"" when it is damaged from the
+    start or zstandard is missing (read as a log, the scan then says how far it got)."""
+    try:
+        with _Tolerant(_decompressor(raw, codec, name), name, codec) as fh:
+            return fh.read(SNIFF_BYTES)
+    except (OSError, InputError):
+        return b""
 
 
 def _file_source(path: Path, shown: str, st, codec: str | None, head: bytes) -> Source:
