@@ -254,7 +254,8 @@ def _md_evidence(evidence) -> list[str]:
 def _where(e, single_input: bool) -> str:
     if e.line == 0:  # a finding from flight-recorder dumps, which have no lines
         return _short(e.file.rsplit("/", 1)[-1])
-    return f"line {e.line}" if single_input else f"{_short(e.file.rsplit('/', 1)[-1])}:{e.line}"
+    own = single_input and not e.signature.startswith("script:")  # a script's line is never the log's
+    return f"line {e.line}" if own else f"{_short(e.file.rsplit('/', 1)[-1])}:{e.line}"
 
 
 def _body(text: str) -> str:

@@ -39,9 +39,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-hyperscan", action="store_true", help="the same as --engine python")
     parser.add_argument("--top", type=int, default=5, metavar="N", help="show at most N confident findings, and N possible causes (default 5)")
     parser.add_argument("--probe", action="store_true",
-                        help="also run, on this machine, the live probes of the top findings and fold in their verdicts")
+                        help="also run, on this machine, the live probes of the top findings and fold in their verdicts "
+                             "(a possible cause a probe confirms becomes a confident one)")
     parser.add_argument("--tui", action="store_true", help="open the results in the interactive session")
-    parser.add_argument("--script", metavar="FILE", help="end with the top finding's fix as a diff against this script")
+    parser.add_argument("--script", metavar="FILE", help="check this training script too: a cause the log points at and the script shows becomes a "
+                             "confident one; end with the top finding's fix as a diff against it")
     parser.add_argument("--cmd", metavar="CMD", help="and with this launch command rewritten for it")
 
 
@@ -103,6 +105,17 @@ def _run_probes(findings, err) -> dict:
             if probe.id in finding.probes:
                 by_entry.setdefault(finding.id, []).append(res)
     return by_entry
+
+
+def _script_witnesses(script: str, err) -> list:
+    """What lint finds in the training script, as witnesses that can confirm a cause the log points at."""
+    from gpudoctor.engine.corroborate import from_lint
+    from gpudoctor.engine.lint.runner import lint_paths
+
+    lint = lint_paths([script], jobs=1)
+    for path, message in lint.errors:
+        _warn(err, f"{path}: {message} (the script was not checked)")
+    return from_lint(lint.findings)
 
 
 def _options_from_evidence(findings) -> dict:
@@ -176,9 +189,18 @@ def run(args, out) -> int:
             raise UserError("no input could be read" if len(logs) > 1 else "no input could be read: " + logs[0].problem)
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
     result = result.top(args.top)  # N confident findings, then at most N possible causes
+    witnesses = _script_witnesses(args.script, args.err) if args.script else []
+    if args.probe and result.findings:  # a probe that confirms a possible cause makes it a confident one
+        results = _run_probes(result.findings, args.err)
+        result = result.with_probe_results(results)
+        from gpudoctor.engine.corroborate import from_probe_results
+
+        witnesses += from_probe_results(results)
+    if witnesses:
+        from gpudoctor.engine.corroborate import corroborate
+
+        result = corroborate(result, witnesses, catalog).top(args.top)
     matches = [f for f in result.findings if f.tier == "match"]
-    if args.probe and matches:
-        result = result.with_probe_results(_run_probes(matches, args.err))
     fix_plan = None
     if args.script or args.cmd:  # the top finding's fix, filled with what the log gave away
         from gpudoctor.commands.fix import emit_for_diagnosis, plan_for_diagnosis

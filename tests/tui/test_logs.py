@@ -195,3 +195,26 @@ async def test_a_log_without_failure_says_its_guesses_rest_on_content(make, tmp_
         screen = await open_log(app, pilot, [log])
         assert screen.diagnosis.findings and all(f.tier == "possible" for f in screen.diagnosis.findings)
         assert "no failure line" in str(screen.query_one("#status").render())
+
+
+async def test_a_script_given_with_the_log_confirms_the_cause_it_shows(make, tmp_path):
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "data" / "lint" / "buggy" / "d3_set_device_global_rank.py"
+    log = tmp_path / "rank9.log"
+    log.write_text("starting\nRuntimeError: CUDA error: invalid device ordinal\n")
+    app = make(logs=[str(log)], script=str(script))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None,
+                         what="the diagnosis")
+        screen = app.screen
+        top = screen.diagnosis.findings[0]
+        assert (top.id, top.tier) == ("D3", "match")  # alone, the log only makes D3 a guess
+        assert any(ev.file == str(script) for ev in top.evidence)
+        log_view = screen.query_one(LogView)
+        await wait_until(pilot, lambda: log_view.cursor == 2, what="the log's own evidence line")
+        assert log_view.evidence == {2}  # the script's line numbers are not lit in the log
+        await pilot.press("n")
+        await pilot.pause(0.1)
+        assert log_view.cursor == 2 and isinstance(app.screen, LogScreen)
+        assert "confirmed by the script" in str(screen.query_one("#verdict").render())

@@ -131,6 +131,12 @@ class LogScreen(Screen):
             except InputError as exc:
                 self.post_message(WorkFailed("diagnosis", str(exc)))
                 return
+            script = getattr(self.app, "script", None)
+            if script:  # the training script as a second witness: a cause both show is a confident one
+                from gpudoctor.engine.corroborate import corroborate, from_lint
+                from gpudoctor.engine.lint.runner import lint_paths
+
+                result = corroborate(result, from_lint(lint_paths([script], jobs=1).findings), catalog)
             self.diagnosis_seconds = time.perf_counter() - start
             self.post_message(DiagnosisDone(result, sources))
 
@@ -205,11 +211,11 @@ class LogScreen(Screen):
         finding = self.finding
         if finding is None:
             return set()
-        return {ev.line for ev in finding.evidence if ev.file == name and ev.line > 0}
+        return {ev.line for ev in _log_evidence(finding) if ev.file == name}
 
     def action_next_evidence(self, step: int = 1) -> None:
         finding = self.finding
-        evidence = [ev for ev in finding.evidence if ev.line > 0] if finding else []
+        evidence = _log_evidence(finding)
         if not evidence:
             return
         self.evidence_pos = (self.evidence_pos + step) % len(evidence)
@@ -293,7 +299,7 @@ class LogScreen(Screen):
 
     def update_filebar(self, complete: bool | None = None) -> None:
         finding = self.finding
-        evidence = [ev for ev in finding.evidence if ev.line > 0] if finding else []
+        evidence = _log_evidence(finding)
         if evidence and 0 <= self.evidence_pos < len(evidence):
             ev = evidence[self.evidence_pos]
             self.query_one("#filebar", Label).update(Text(
@@ -375,3 +381,10 @@ def _decompress(source) -> str:
     with os.fdopen(fd, "wb") as out, open_source(source) as stream:
         shutil.copyfileobj(stream, out, 1 << 20)
     return tmp
+
+
+def _log_evidence(finding) -> list:
+    """A finding's evidence lines that sit in the logs (not in the script that confirmed it, not in a flight dump)."""
+    if finding is None:
+        return []
+    return [ev for ev in finding.evidence if ev.line > 0 and not ev.signature.startswith("script:")]

@@ -1,0 +1,144 @@
+"""Fold a second, independent witness into a diagnosis: the user's training script (lint) or their machine (probes).
+
+A log alone often shows only the symptom (a timeout, an invalid ordinal, a hang); the script shows the bug that
+produces it. When both point at the same entry, the guess is no longer a guess:
+- a possible cause that the script or a probe confirms becomes a confident match;
+- a bug the script shows whose symptom the log matched (D21's collective in a rank-0 branch beside MN3's watchdog
+  timeout: D21 explains MN3) becomes a confident match that explains the symptom;
+- a confident match the script also shows gains a little and cites the script's line;
+- a bug the script shows that the log gives no sign of is only noted: it may be real, but not this failure.
+"""
+from __future__ import annotations
+
+from gpudoctor.engine.findings import Evidence, Finding
+from gpudoctor.kb.record import record, replace
+
+CONFIRMED_MIN = 0.7  # a possible cause that a second witness confirms scores at least this
+MATCH_GAIN = 0.1  # a confident finding the second witness also shows moves up by this much
+EXPLAIN_MARGIN = 0.01  # a confirmed cause ranks this far above the symptom it explains
+
+
+@record(frozen=True)
+class Witness:
+    """One piece of evidence from outside the log: which entry it speaks for, and the line that shows it."""
+
+    entry: str
+    evidence: Evidence  # file: the script (or "probe <id>"); signature: "script:<rule>" / "probe:<id>"
+    source: str  # "script" or "probe"
+
+
+def from_lint(findings) -> list[Witness]:
+    """Witnesses from lint findings (gpudoctor.engine.lint.model.LintFinding), each citing the script's own line;
+    notes are too faint to confirm anything."""
+    texts: dict[str, list[str]] = {}
+    out = []
+    for f in findings:
+        if f.severity not in ("error", "warning"):
+            continue
+        if f.path not in texts:
+            try:
+                with open(f.path, encoding="utf-8", errors="replace") as fh:
+                    texts[f.path] = fh.read().splitlines()
+            except OSError:
+                texts[f.path] = []
+        lines = texts[f.path]
+        text = lines[f.line - 1].strip() if 0 < f.line <= len(lines) else f.message
+        out.append(Witness(f.entry_id, Evidence(f.path, f.line, text or f.message, "script:" + f.rule), "script"))
+    return out
+
+
+def from_probe_results(results: dict) -> list[Witness]:
+    """Witnesses from probe results (entry id -> [gpudoctor.probes.base.Result]) that confirmed their entry."""
+    out = []
+    for entry, items in results.items():
+        for res in items:
+            status = getattr(res.status, "value", res.status)
+            if status == "confirmed" and entry in (res.entries or (entry,)):
+                out.append(Witness(entry, Evidence("probe " + res.probe, 0, res.summary, "probe:" + res.probe),
+                                   "probe"))
+    return out
+
+
+def corroborate(diagnosis, witnesses: list[Witness], catalog):
+    """The diagnosis with its findings re-tiered by the witnesses, and a note for each witness it could not place."""
+    if not witnesses:
+        return diagnosis
+    entries = {e.id: e for e in catalog}
+    by_entry: dict[str, list[Witness]] = {}
+    for w in witnesses:
+        if w.entry in entries:
+            by_entry.setdefault(w.entry, []).append(w)
+    findings = list(diagnosis.findings)
+    present = {f.id for f in findings}
+    matched = {f.id: f for f in findings if f.tier == "match"}
+    notes = list(diagnosis.notes)
+    # a bug the log does not name, whose consequence it matched: it enters as a possible cause, confirmed below
+    for eid, ws in by_entry.items():
+        # only a symptom the log left unexplained: a crash the log shows already says why the others timed out
+        explained = [t for t in entries[eid].explains if t in matched and not matched[t].consequence_of]
+        if eid not in present and explained:
+            entry = entries[eid]
+            findings.append(Finding(id=eid, title=entry.title, score=0.0, evidence=(), fix=entry.fix_summary,
+                                    probes=entry.probes, signatures=(), tier="possible"))
+            present.add(eid)
+    out = []
+    for f in findings:
+        ws = by_entry.get(f.id)
+        if not ws:
+            out.append(f)
+            continue
+        extra = tuple(_dedupe(w.evidence for w in ws))
+        sigs = f.signatures + tuple(dict.fromkeys(e.signature for e in extra))
+        if f.tier == "match":
+            f = replace(f, score=round(min(0.99, f.score + MATCH_GAIN), 3), evidence=f.evidence + extra,
+                        signatures=sigs)
+        else:
+            f = replace(f, tier="match", score=round(max(CONFIRMED_MIN, f.score), 3), evidence=extra + f.evidence,
+                        signatures=sigs)
+        out.append(f)
+        what = " and ".join(sorted({w.source for w in ws}))
+        notes.append(f"{f.id} is confirmed by the {what}: {_where(ws)}")
+    out = _order(out, entries)
+    for eid, ws in by_entry.items():
+        if eid not in present:
+            notes.append(f"the {ws[0].source} also shows {eid} ({_where(ws)}), which this log gives no sign of")
+    return replace(diagnosis, findings=out, notes=notes)
+
+
+def _order(findings: list[Finding], entries: dict) -> list[Finding]:
+    """Matches best first, a cause above the symptom it explains; possible causes after, in their own order."""
+    matches = {f.id: f for f in findings if f.tier == "match"}
+    for eid in list(matches):
+        for t in entries[eid].explains:
+            if t not in matches or t == eid:
+                continue
+            f, target = matches[eid], matches[t]
+            if f.score <= target.score:
+                f = replace(f, score=round(min(0.99, target.score + EXPLAIN_MARGIN), 3))
+            matches[eid] = replace(f, explains=tuple(dict.fromkeys(f.explains + (t,))))
+            matches[t] = replace(target, consequence_of=tuple(sorted(set(target.consequence_of) | {eid})))
+    ranked = sorted(matches.values(), key=lambda f: (-f.score, f.consequence_of != (), f.id))
+    return ranked + [f for f in findings if f.tier != "match"]
+
+
+def _dedupe(evidence) -> list[Evidence]:
+    seen, out = set(), []
+    for e in evidence:
+        if (e.file, e.line, e.signature) not in seen:
+            seen.add((e.file, e.line, e.signature))
+            out.append(e)
+    return out
+
+
+def _where(ws: list[Witness]) -> str:
+    """Where the witnesses stand, compactly: "train.py:9, 11 (device-from-rank)", "probe port: <its summary>"."""
+    parts = []
+    for w in ws:
+        if w.source == "probe":
+            parts.append(f"{w.evidence.file}: {w.evidence.text}")
+            continue
+        name = w.evidence.file.replace("\\", "/").rsplit("/", 1)[-1]
+        rule = w.evidence.signature.split(":", 1)[-1]
+        parts.append(f"{name}:{w.evidence.line} ({rule})")
+    shown = list(dict.fromkeys(parts))
+    return "; ".join(shown[:3]) + (f"; {len(shown) - 3} more" if len(shown) > 3 else "")

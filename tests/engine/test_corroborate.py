@@ -1,0 +1,145 @@
+"""A second witness (the training script's lint, a probe's verdict) turns a guess the log points at into a cause."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.engine.corroborate import Witness, corroborate, from_lint, from_probe_results
+from gpudoctor.engine.diagnose import diagnose
+from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lint.runner import lint_paths
+from gpudoctor.engine.sources import resolve
+from gpudoctor.kb.catalog import load_catalog
+
+LINT = Path(__file__).resolve().parents[1] / "data" / "lint"
+D3_SCRIPT = LINT / "buggy" / "d3_set_device_global_rank.py"
+D21_SCRIPT = LINT / "buggy" / "d21_barrier_in_rank0_validation.py"
+CLEAN_SCRIPT = LINT / "correct" / "spawn_tutorial_local_rank.py"
+ORDINAL = "RuntimeError: CUDA error: invalid device ordinal\n"  # D3 or D27: the log alone cannot tell
+WATCHDOG = ("[rank1]:[E1127 12:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=212, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for "
+            "1800043 milliseconds before timing out.\n")
+CRASH = ("[rank0]: Traceback (most recent call last):\n"
+         "[rank0]:   File \"train.py\", line 80, in <module>\n"
+         "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+         "capacity of 79.10 GiB of which 1.19 GiB is free.\n")
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def _diagnose(catalog, tmp_path, text: str):
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    return diagnose(catalog, resolve([str(log)]))
+
+
+def _witnesses(script: Path) -> list[Witness]:
+    return from_lint(lint_paths([str(script)], jobs=1).findings)
+
+
+def test_the_script_confirms_the_possible_cause_the_log_points_at(catalog, tmp_path):
+    alone = _diagnose(catalog, tmp_path, ORDINAL)
+    assert all(f.tier == "possible" for f in alone.findings)
+    assert "D3" in [f.id for f in alone.findings]
+    both = corroborate(alone, _witnesses(D3_SCRIPT), catalog)
+    top = both.findings[0]
+    assert (top.id, top.tier) == ("D3", "match") and top.score >= 0.7
+    script_lines = [e for e in top.evidence if e.signature.startswith("script:")]
+    assert script_lines and script_lines[0].file == str(D3_SCRIPT) and script_lines[0].line > 0
+    assert any("D3 is confirmed by the script" in n and "d3_set_device_global_rank.py:" in n for n in both.notes)
+    assert [f.id for f in both.findings if f.tier == "possible"] == [f.id for f in alone.findings if f.id != "D3"]
+
+
+def test_a_script_bug_whose_symptom_the_log_matched_becomes_its_cause(catalog, tmp_path):
+    alone = _diagnose(catalog, tmp_path, WATCHDOG)
+    assert alone.findings[0].id == "MN3" and "D21" not in [f.id for f in alone.findings]
+    both = corroborate(alone, _witnesses(D21_SCRIPT), catalog)
+    d21, mn3 = both.findings[0], next(f for f in both.findings if f.id == "MN3")
+    assert (d21.id, d21.tier) == ("D21", "match") and d21.score > mn3.score
+    assert mn3.consequence_of == ("D21",) and "MN3" in d21.explains
+
+
+def test_a_script_bug_the_log_shows_no_sign_of_is_only_noted(catalog, tmp_path):
+    alone = _diagnose(catalog, tmp_path, CRASH)
+    both = corroborate(alone, _witnesses(D21_SCRIPT), catalog)
+    assert [(f.id, f.tier) for f in both.findings] == [(f.id, f.tier) for f in alone.findings]
+    assert any(n.startswith("the script also shows D21") for n in both.notes)
+
+
+def test_a_clean_script_changes_nothing(catalog, tmp_path):
+    alone = _diagnose(catalog, tmp_path, ORDINAL)
+    assert _witnesses(CLEAN_SCRIPT) == []  # its only finding is a note, too faint to confirm anything
+    assert corroborate(alone, [], catalog) is alone
+
+
+def test_a_confirmed_match_gains_and_cites_the_script(catalog, tmp_path):
+    log = ('[rank9]:   File "train.py", line 9, in main\n[rank9]:     torch.cuda.set_device(rank)\n'
+           "[rank9]: RuntimeError: CUDA error: invalid device ordinal\n")
+    alone = _diagnose(catalog, tmp_path, log)
+    assert (alone.findings[0].id, alone.findings[0].tier) == ("D3", "match")
+    both = corroborate(alone, _witnesses(D3_SCRIPT), catalog)
+    assert both.findings[0].score > alone.findings[0].score
+    assert both.findings[0].evidence[: len(alone.findings[0].evidence)] == alone.findings[0].evidence
+
+
+def test_a_probe_that_confirms_a_possible_cause_makes_it_a_match(catalog, tmp_path):
+    from gpudoctor.probes.base import Result, Status
+
+    alone = _diagnose(catalog, tmp_path, ORDINAL)
+    d27 = next(f for f in alone.findings if f.id == "D27")
+    confirmed = Result(Status.CONFIRMED, "4 ranks on this node, 2 GPUs visible", entries=("D27",), probe="env")
+    ruled_out = Result(Status.RULED_OUT, "LOCAL_RANK picks the device", entries=("D3",), probe="env")
+    witnesses = from_probe_results({"D27": [confirmed], "D3": [ruled_out]})
+    assert [w.entry for w in witnesses] == ["D27"]  # a rule-out confirms nothing
+    both = corroborate(alone, witnesses, catalog)
+    assert (both.findings[0].id, both.findings[0].tier) == ("D27", "match") and both.findings[0].score >= d27.score
+    assert any(n.startswith("D27 is confirmed by the probe: probe env: 4 ranks") for n in both.notes)
+
+
+def test_witnesses_for_unknown_entries_are_ignored(catalog, tmp_path):
+    alone = _diagnose(catalog, tmp_path, ORDINAL)
+    stray = Witness("ZZ9", Evidence("x.py", 1, "nothing", "script:none"), "script")
+    assert corroborate(alone, [stray], catalog).findings == alone.findings
+
+
+# --- through the command line ---------------------------------------------------------------------------------
+
+def test_diagnose_script_turns_a_guess_into_a_cause_and_exits_0(cli_proc, tmp_path):
+    log = tmp_path / "ordinal.log"
+    log.write_text(ORDINAL)
+    r = cli_proc("diagnose", str(log), "--json")
+    assert r.code == 1 and all(f["tier"] == "possible" for f in json.loads(r.out)["findings"])
+    r = cli_proc("diagnose", str(log), "--script", str(D3_SCRIPT), "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    top = doc["findings"][0]
+    assert (top["id"], top["tier"]) == ("D3", "match")
+    assert any(e["signature"] == "script:device-from-global-rank" and e["file"] == str(D3_SCRIPT) for e in top["evidence"])
+    assert doc["fix"]["entry"] == "D3"  # the fix planned for the script that confirmed it
+
+
+def test_diagnose_script_text_locates_script_lines_by_file(cli_proc, tmp_path):
+    log = tmp_path / "hang.log"
+    log.write_text(WATCHDOG)
+    r = cli_proc("diagnose", str(log), "--script", str(D21_SCRIPT))
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert lines[2].startswith(" 1. D21")
+    assert any("rank0_validation.py:34  dist.barrier()" in ln for ln in lines)
+    assert "likely a consequence of D21" in r.out
+    report = lines[: lines.index("Fix for D21")]  # the diff after it shows the script's lines as they are
+    assert all(len(ln) <= 80 for ln in report)
+
+
+def test_diagnose_with_an_unreadable_script_warns_and_still_diagnoses(cli_proc, tmp_path):
+    log = tmp_path / "ordinal.log"
+    log.write_text(ORDINAL)
+    r = cli_proc("diagnose", str(log), "--script", str(tmp_path / "missing.py"))
+    assert r.code == 1
+    assert "missing.py" in r.err and "Traceback" not in r.err
+    assert "Possibly:" in r.out
