@@ -16,6 +16,7 @@ from gpudoctor.kb.record import record, replace
 CONFIRMED_MIN = 0.7  # a possible cause that a second witness confirms scores at least this
 MATCH_GAIN = 0.1  # a confident finding the second witness also shows moves up by this much
 EXPLAIN_MARGIN = 0.01  # a confirmed cause ranks this far above the symptom it explains
+_NAMES = {"script": "the script", "command": "the launch command", "probe": "a probe"}
 
 
 @record(frozen=True)
@@ -23,8 +24,8 @@ class Witness:
     """One piece of evidence from outside the log: which entry it speaks for, and the line that shows it."""
 
     entry: str
-    evidence: Evidence  # file: the script (or "probe <id>"); signature: "script:<rule>" / "probe:<id>"
-    source: str  # "script" or "probe"
+    evidence: Evidence  # file: the script, "launch command" or "probe <id>"; signature: "<source>:<rule or id>"
+    source: str  # "script", "command" or "probe"
 
 
 def from_lint(findings) -> list[Witness]:
@@ -45,6 +46,14 @@ def from_lint(findings) -> list[Witness]:
         text = lines[f.line - 1].strip() if 0 < f.line <= len(lines) else f.message
         out.append(Witness(f.entry_id, Evidence(f.path, f.line, text or f.message, "script:" + f.rule), "script"))
     return out
+
+
+def from_command(cmd: str) -> list[Witness]:
+    """Witnesses from the launch command's own settings (gpudoctor.engine.lint.command); FixError if unparsable."""
+    from gpudoctor.engine.lint.command import check_command
+
+    return [Witness(f.entry_id, Evidence("launch command", 0, cmd, "command:" + f.rule), "command")
+            for f in check_command(cmd) if f.severity in ("error", "warning")]
 
 
 def from_probe_results(results: dict) -> list[Witness]:
@@ -96,12 +105,12 @@ def corroborate(diagnosis, witnesses: list[Witness], catalog):
             f = replace(f, tier="match", score=round(max(CONFIRMED_MIN, f.score), 3), evidence=extra + f.evidence,
                         signatures=sigs)
         out.append(f)
-        what = " and ".join(sorted({w.source for w in ws}))
-        notes.append(f"{f.id} is confirmed by the {what}: {_where(ws)}")
+        what = " and ".join(_NAMES[source] for source in sorted({w.source for w in ws}))
+        notes.append(f"{f.id} is confirmed by {what}: {_where(ws)}")
     out = _order(out, entries)
     for eid, ws in by_entry.items():
         if eid not in present:
-            notes.append(f"the {ws[0].source} also shows {eid} ({_where(ws)}), which this log gives no sign of")
+            notes.append(f"{_NAMES[ws[0].source]} also shows {eid} ({_where(ws)}), which this log gives no sign of")
     return replace(diagnosis, findings=out, notes=notes)
 
 
@@ -136,6 +145,9 @@ def _where(ws: list[Witness]) -> str:
     for w in ws:
         if w.source == "probe":
             parts.append(f"{w.evidence.file}: {w.evidence.text}")
+            continue
+        if w.source == "command":
+            parts.append(w.evidence.signature.split(":", 1)[-1])
             continue
         name = w.evidence.file.replace("\\", "/").rsplit("/", 1)[-1]
         rule = w.evidence.signature.split(":", 1)[-1]

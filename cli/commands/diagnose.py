@@ -44,7 +44,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tui", action="store_true", help="open the results in the interactive session")
     parser.add_argument("--script", metavar="FILE", help="check this training script too: a cause the log points at and the script shows becomes a "
                              "confident one; end with the top finding's fix as a diff against it")
-    parser.add_argument("--cmd", metavar="CMD", help="and with this launch command rewritten for it")
+    parser.add_argument("--cmd", metavar="CMD", help="the launch command, checked the same way (torchrun --standalone "
+                        "across nodes confirms D2), and rewritten for the top finding")
 
 
 class _Progress:
@@ -116,6 +117,17 @@ def _script_witnesses(script: str, err) -> list:
     for path, message in lint.errors:
         _warn(err, f"{path}: {message} (the script was not checked)")
     return from_lint(lint.findings)
+
+
+def _command_witnesses(cmd: str) -> list:
+    """What the launch command's own settings show (a --standalone rendezvous across nodes is D2), as witnesses."""
+    from gpudoctor.engine.corroborate import from_command
+    from gpudoctor.engine.fixes.errors import FixError
+
+    try:
+        return from_command(cmd)
+    except FixError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _options_from_evidence(findings) -> dict:
@@ -190,6 +202,8 @@ def run(args, out) -> int:
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
     result = result.top(args.top)  # N confident findings, then at most N possible causes
     witnesses = _script_witnesses(args.script, args.err) if args.script else []
+    if args.cmd:
+        witnesses += _command_witnesses(args.cmd)
     if args.probe and result.findings:  # a probe that confirms a possible cause makes it a confident one
         results = _run_probes(result.findings, args.err)
         result = result.with_probe_results(results)

@@ -40,6 +40,8 @@ def add_arguments(parser) -> None:
                         help="report findings at least this severe (default note: all)")
     parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N",
                         help="worker processes for folders (default 2)")
+    parser.add_argument("--cmd", metavar="CMD", help="also check this launch command (torchrun, accelerate launch, "
+                        "deepspeed, python, behind srun or not)")
     parser.add_argument("--list-rules", action="store_true", help="list the checks and exit")
 
 
@@ -50,8 +52,10 @@ def run(args, out) -> int:
     fmt = args.format or ("json" if args.json else "human")
     if args.list_rules:
         return _list_rules(out, fmt, ALL)
-    if not args.paths:
+    if not args.paths and not args.cmd:
         raise UserError("give a script or a folder to lint, e.g. gpudoctor lint train.py")
+    if args.cmd and fmt == "sarif":
+        raise UserError("--cmd: a launch command is not a file SARIF can point at; use --format human or json")
     if args.jobs is not None and args.jobs < 1:
         raise UserError("--jobs must be at least 1")
     for option in ("select", "ignore"):
@@ -59,7 +63,14 @@ def run(args, out) -> int:
             if code.upper() not in BY_CODE and code not in BY_SLUG:
                 known = ", ".join(BY_CODE)
                 raise UserError(f"--{option}: no check named {code!r} (checks: {known})")
-    result = lint_paths(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs, kb_dirs=args.kb)
+    if args.paths:
+        result = lint_paths(args.paths, select=args.select, ignore=args.ignore, jobs=args.jobs, kb_dirs=args.kb)
+    else:
+        from gpudoctor.engine.lint.model import LintResult
+
+        result = LintResult((), (), 0)
+    if args.cmd:
+        result = _with_command(result, args)
     limit = SEVERITY_RANK[args.min_severity]
     findings = [f for f in result.findings if SEVERITY_RANK[f.severity] <= limit]
     if fmt == "json":
@@ -73,7 +84,7 @@ def run(args, out) -> int:
 
         out.write(json.dumps(to_sarif(replace(result, findings=tuple(findings)), __version__), indent=2))
     else:
-        _human(out, findings, result)
+        _human(out, findings, result, args.cmd)
     for path, message in result.errors:
         args.err.write(f"{args.err.style('gpudoctor: error:', 'fail')} {_safe(path)}: {message}")
     from gpudoctor.engine.lint.runner import INTERNAL
@@ -85,8 +96,10 @@ def run(args, out) -> int:
     return 1 if findings else 0
 
 
-def _human(out, findings, result) -> None:
+def _human(out, findings, result, command: str | None = None) -> None:
+    from gpudoctor.engine.lint.command import COMMAND
     from gpudoctor.engine.lint.model import source_line
+    from gpudoctor.common import fit
 
     sources: dict[str, list[str]] = {}
     width = min(out.width, 80)
@@ -101,6 +114,11 @@ def _human(out, findings, result) -> None:
             message = f"[{f.rule}] {message}"
         for line in textwrap.wrap(message, width - 2):
             out.write("  " + line)
+        if f.path == COMMAND:
+            out.write(out.style("    $ ", "dim") + fit(_safe(command), width - 6))
+            out.write(out.style(f"  fix: gpudoctor fix {f.entry_id} --cmd '...'", "dim"))
+            out.write()
+            continue
         src = source_line(f.path, f.line, sources)
         if src is not None:
             gutter = f"{f.line:>5} | "
@@ -115,7 +133,9 @@ def _human(out, findings, result) -> None:
     counts = {s: sum(1 for f in findings if f.severity == s) for s in SEVERITY_RANK}
     failed = len(result.errors)  # missing paths, and files that did not read or parse (counted in result.files)
     checked = result.files - sum(1 for path, _ in result.errors if os.path.isfile(path))
-    files = f"{checked} file{'s' if checked != 1 else ''}"
+    files = f"{checked} file{'s' if checked != 1 else ''}" + (" and the launch command" if command else "")
+    if command and not result.files:
+        files = "the launch command"
     if failed:
         files += f" ({failed} could not be checked: see the error{'s' if failed != 1 else ''} below)"
     if findings:
@@ -123,6 +143,28 @@ def _human(out, findings, result) -> None:
         out.write(f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({parts}) in {files}")
     else:
         out.write(f"no findings in {files}")
+
+
+def _with_command(result, args):
+    """The result with the launch command's findings added, filtered by --select / --ignore like the scripts'."""
+    from dataclasses import replace
+
+    from gpudoctor.engine.fixes.errors import FixError
+    from gpudoctor.engine.lint.command import check_command
+
+    try:
+        found = check_command(args.cmd)
+    except FixError as exc:
+        raise UserError(str(exc)) from None
+    wanted = {c.strip() for v in args.select for c in v.split(",") if c.strip()}
+    unwanted = {c.strip() for v in args.ignore for c in v.split(",") if c.strip()}
+
+    def keep(f) -> bool:
+        keys = {f.entry_id, f.rule}
+        return (not wanted or bool(keys & {w.upper() if "-" not in w else w for w in wanted})) and \
+            not keys & {w.upper() if "-" not in w else w for w in unwanted}
+
+    return replace(result, findings=tuple(result.findings) + tuple(f for f in found if keep(f)))
 
 
 def _window(line: str, col_bytes: int, width: int) -> tuple[str, int]:

@@ -98,7 +98,7 @@ def test_a_probe_that_confirms_a_possible_cause_makes_it_a_match(catalog, tmp_pa
     assert [w.entry for w in witnesses] == ["D27"]  # a rule-out confirms nothing
     both = corroborate(alone, witnesses, catalog)
     assert (both.findings[0].id, both.findings[0].tier) == ("D27", "match") and both.findings[0].score >= d27.score
-    assert any(n.startswith("D27 is confirmed by the probe: probe env: 4 ranks") for n in both.notes)
+    assert any(n.startswith("D27 is confirmed by a probe: probe env: 4 ranks") for n in both.notes)
 
 
 def test_witnesses_for_unknown_entries_are_ignored(catalog, tmp_path):
