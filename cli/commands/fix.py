@@ -76,6 +76,21 @@ def _diagnose_logs(paths, catalog, stdin=None):
         raise UserError(str(exc)) from None
 
 
+def _with_witnesses(diagnosis, args, catalog):
+    """The log's diagnosis with the script and the launch command as second witnesses (see engine/corroborate.py)."""
+    from gpudoctor.engine.corroborate import corroborate, from_command, from_lint
+    from gpudoctor.engine.fixes import FixError
+    from gpudoctor.engine.lint.runner import lint_paths
+
+    witnesses = from_lint(lint_paths([args.script], jobs=1).findings) if args.script else []
+    if args.cmd:
+        try:
+            witnesses += from_command(args.cmd)
+        except FixError as exc:
+            raise UserError(str(exc)) from None
+    return corroborate(diagnosis, witnesses, catalog)
+
+
 def _probe_facts() -> dict:
     """Facts a live probe on this machine gives: the fast network interface (nic)."""
     from gpudoctor.engine.fixes.facts import interface_from_nic
@@ -114,13 +129,17 @@ def run(args, out) -> int:
     if args.log:
         from gpudoctor.engine.fixes import facts_from_diagnosis
 
-        diagnosis = _diagnose_logs(args.log, catalog)
+        diagnosis = _with_witnesses(_diagnose_logs(args.log, catalog), args, catalog)
         facts = facts_from_diagnosis(diagnosis, logs=args.log)
         if entry_id is None:
-            if not diagnosis.findings:
-                args.err.write("gpudoctor: nothing known matched in the log, so there is no fix to show")
+            matches = [f for f in diagnosis.findings if f.tier == "match"]
+            if not matches:
+                guesses = [f.id for f in diagnosis.findings]
+                args.err.write("gpudoctor: nothing known matched in the log, so there is no fix to show" +
+                               (f" (possible causes: {', '.join(guesses[:3])}; give one as ID to see its fix)"
+                                if guesses else ""))
                 return EXIT_NOTHING
-            entry_id = diagnosis.findings[0].id
+            entry_id = matches[0].id
     if entry_id is None:
         raise UserError("give an entry id (gpudoctor fix D22 --script train.py), or --log to fix its top finding")
     if catalog.get(entry_id) is None:

@@ -143,3 +143,17 @@ def test_diagnose_with_an_unreadable_script_warns_and_still_diagnoses(cli_proc, 
     assert r.code == 1
     assert "missing.py" in r.err and "Traceback" not in r.err
     assert "Possibly:" in r.out
+
+
+def test_fix_from_a_log_plans_nothing_from_a_guess_until_the_script_confirms_it(cli_proc, tmp_path):
+    log = tmp_path / "ordinal.log"
+    log.write_text(ORDINAL)
+    r = cli_proc("fix", "--log", str(log))
+    assert r.code == 1 and "possible causes: D27, D3" in r.err and "give one as ID" in r.err
+    script = tmp_path / "train.py"
+    script.write_bytes(D3_SCRIPT.read_bytes())
+    r = cli_proc("fix", "--log", str(log), "--script", str(script), "--json")
+    assert r.code == 0, r.err
+    plan = json.loads(r.out)
+    assert plan["entry"] == "D3" and plan["fixes"][0]["action"] == "device-from-local-rank"
+    assert script.read_bytes() == D3_SCRIPT.read_bytes()  # a plan only: nothing written without --apply
