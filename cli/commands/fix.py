@@ -21,7 +21,7 @@ examples:
   gpudoctor fix --undo
   gpudoctor fix D4 --cmd "torchrun --master-port=29500 train.py"
   gpudoctor fix MN2 --param interface=ens5 --env-file cluster.env --apply
-  gpudoctor fix --log logs/ --script train.py  # the log's top match; the script may confirm a guess
+  gpudoctor fix --log logs/ --script train.py  # the log's top match
 
 safety: --apply writes safe fixes; unsafe ones change behaviour (each says
 why) and also need --unsafe; display-only ones are for you to adapt by hand.
