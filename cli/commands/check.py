@@ -10,11 +10,13 @@ from gpudoctor.errors import EXIT_NOTHING, EXIT_OK
 
 HELP = "run every probe and the multi-node checklist, one pass/fail/skip row each"
 DESCRIPTION = """\
-Run every probe in parallel child processes (a crashing or hanging probe becomes
-an `error` row; the rest still run), then the first-move checklist for multi-node
-jobs (multinode.md). Rows read: pass, fail, warn, skip (with the reason), error.
+Run every probe in parallel child processes (a crashing or hanging probe
+becomes an `error` row; the rest still run), then the first-move checklist for
+multi-node jobs (multinode.md). Rows read: pass, fail, warn, skip (with the
+reason), error.
 
-exit codes: 0 nothing failed, 1 a probe or an applicable checklist step failed, 2 usage"""
+exit codes: 0 nothing failed, 1 a probe or an applicable checklist step failed,
+2 usage"""
 
 PARALLEL = 4  # children at once: enough to overlap torch imports, few enough for a 2-core machine
 

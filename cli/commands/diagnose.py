@@ -10,22 +10,26 @@ HELP = "name the cause of a failed run from its logs"
 DESCRIPTION = """\
 Read logs (files, per-rank directories, globs, .gz .xz .zst .bz2 by content,
 tar and zip archives file by file, flight-recorder dumps, or stdin, compressed
-or not) and name the known failures that explain them, best first, with the lines that
-betray each, the fix, and the probe that would confirm it. When no signature
-fires but the log shows a failure (a traceback, a NCCL WARN, a timeout, a killed
-rank), it lists the entries whose words the failure lines share as possible
-causes, kept apart from confident findings ("No known cause matched. Possibly:").
-A log with no failure line at all gets, at most, fainter guesses from its content
-(the launch, the config it echoes, where it stopped), marked as such.
+or not) and name the known failures that explain them, best first, with the
+lines that betray each, the fix, and the probe that would confirm it. When no
+signature fires but the log shows a failure (a traceback, a NCCL WARN, a
+timeout, a killed rank), it lists the entries whose words the failure lines
+share as possible causes, kept apart from confident findings ("No known cause
+matched. Possibly:"). A log with no failure line at all gets, at most, fainter
+guesses from its content (the launch, the config it echoes, where it stopped),
+marked as such. The training script (--script) and the launch command (--cmd)
+are checked too: a possible cause they show becomes a confident one.
 
 examples:
   gpudoctor diagnose < nccl.log
-  gpudoctor diagnose logs/                     # torchrun --log-dir, NCCL_DEBUG_FILE per rank
+  gpudoctor diagnose logs/                # torchrun --log-dir, NCCL_DEBUG_FILE
   gpudoctor diagnose rank*.log --json
   gpudoctor diagnose job.log.gz --format markdown > report.md
+  gpudoctor diagnose rank3.log --script train.py --cmd "torchrun ..."
 
-exit codes: 0 a cause matched, 1 only possible causes or nothing known, 2 usage or input error,
-3 internal error (a bug: the message names the report file)"""
+exit codes: 0 a cause matched, 1 only possible causes or nothing known,
+2 usage or input error, 3 internal error (a bug: the message names the report
+file)"""
 
 PROGRESS_MIN_BYTES = 32 << 20
 

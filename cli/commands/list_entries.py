@@ -6,7 +6,8 @@ from gpudoctor.errors import UserError
 
 HELP = "list catalogue entries"
 DESCRIPTION = """\
-List the known failures: id, section, whether the cause can show in a log, title.
+List the known failures: id, section, whether the cause can show in a log,
+title.
 
 examples:
   gpudoctor list

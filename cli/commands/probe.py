@@ -8,15 +8,17 @@ from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
 
 HELP = "run live probes that confirm or rule out a cause on this machine"
 DESCRIPTION = """\
-Run probes in child processes (each killed at its timeout) and report one row per
-probe: pass (ruled out), fail (confirmed), warn, skip (with the reason) or error.
+Run probes in child processes (each killed at its timeout) and report one row
+per probe: pass (ruled out), fail (confirmed), warn, skip (with the reason) or
+error.
 
   gpudoctor probe port nic          two probes by id (--list shows them all)
   gpudoctor probe --for D4          the probes that confirm catalogue entry D4
   torchrun --nproc-per-node=2 -m gpudoctor probe collectives
                                     every rank runs; rank 0 prints one report
 
-exit codes: 0 nothing wrong found, 1 a probe confirmed a problem or errored, 2 usage"""
+exit codes: 0 nothing wrong found, 1 a probe confirmed a problem or errored,
+2 usage"""
 
 
 def add_arguments(parser) -> None:

@@ -20,6 +20,8 @@ def test_every_command_has_help(cli_proc, command):
     assert r.code == 0
     assert r.out.startswith("usage: gpudoctor " + command)
     assert "--json" in r.out and "--no-color" in r.out
+    wide = [line for line in r.out.splitlines() if len(line) > 80]
+    assert not wide, f"gpudoctor {command} --help is wider than 80 columns: {wide}"
 
 
 def test_top_level_help_and_version(cli_proc):
