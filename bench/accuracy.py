@@ -30,7 +30,8 @@ BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "m
            "dev-1127c": (DEV, "manifest-n[7-9].yaml"), "sealed-1127b": (SEALED, "manifest-[k-z].yaml"),
            "dev-1127d": (DEV, "manifest-p[0-9].yaml"), "sealed-1127c": (SEALED, "manifest-2[a-j].yaml"),
            "dev-1127e": (DEV, "manifest-p1[0-3].yaml"), "sealed-1127d": (SEALED, "manifest-2k.yaml"),
-           "dev-1127f": (DEV, "manifest-p1[4-9].yaml"), "sealed-1127e": (SEALED, "manifest-2[l-z].yaml")}
+           "dev-1127f": (DEV, "manifest-p1[4-9].yaml"), "sealed-1127e": (SEALED, "manifest-2[l-z].yaml"),
+           "dev-1127g": (DEV, "manifest-p2[0-9].yaml"), "sealed-1127f": (SEALED, "manifest-3[a-z].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 BASELINE_LINES = 5
 # what a user would pick out of a log as "the error lines" to paste into a search box
@@ -252,7 +253,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="figures as JSON (sealed rows only with --show-sealed)")
     parser.add_argument("--batches", action="store_true",
                         help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127, and the "
-                             "later collections of that day, dev-1127b to dev-1127f and sealed-1127b to sealed-1127e)")
+                             "later collections of that day, dev-1127b to dev-1127g and sealed-1127b to sealed-1127f)")
     parser.add_argument("--before-relabel", action="store_true",
                         help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27, D28, MN8) joined "
                              "the catalogue or widened to take in its cause (D8), to compare with figures measured before")
