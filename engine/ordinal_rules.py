@@ -1,0 +1,47 @@
+"""An invalid device ordinal on a job the log shows ran on one node: more processes than GPUs (D27), not D3.
+
+On one node torchrun, torch.distributed.launch, accelerate and the deepspeed launcher give every process a global
+rank equal to its local rank, so a device chosen by RANK instead of LOCAL_RANK (D3) picks the same GPU it should; an
+index past the GPUs can then only come from more processes on the node than it has GPUs (or a hard-coded index,
+which a launch of several processes makes the rarer reading). The launch is read from the command the log echoes:
+torchrun with --standalone or without --nnodes above 1 (torchrun's default is one node), and no sign anywhere of a
+second node (a node rank above 0, --nnodes, num_machines or --num_nodes above 1, a hostfile's second host).
+"""
+from __future__ import annotations
+
+from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+
+_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE|"
+                 r"AssertionError: Invalid device id")
+# a launch of several processes per node, as echoed: the launcher, then its per-node process count above 1
+_LAUNCH = _lazy(r"(?:\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\baccelerate launch\b|^\s*(?:\S+/)?deepspeed\s)"
+                r".*?--(?:nproc[_-]per[_-]node|num[_-]processes|num[_-]gpus)[= ]+([2-9]|\d\d+)\b")
+_MULTI_ON_LINE = _lazy(r"--(?:nnodes|num[_-]machines|num[_-]nodes)[= ]+(?:\d+:)?(?:[2-9]|\d\d+)\b|"
+                       r"--(?:node[_-]rank|machine[_-]rank)[= ]+[1-9]|--hostfile|--master[_-]addr[= ]+(?!localhost|127\.)")
+_MULTI = _lazy(r"\bnode_rank\W{1,3}[1-9]|\bGROUP_RANK\W{1,3}[1-9]|\bnum_machines\W{1,3}(?:[2-9]|\d\d)|"
+               r"\bnnodes\W{1,3}(?:[2-9]|\d\d)|--num[_-]nodes[= ]+(?:[2-9]|\d\d)|SLURM_(?:JOB_)?NNODES=(?:[2-9]|\d\d)|"
+               r"Running on the following workers: \S+,")
+
+
+def one_node_ordinal_rule(text: str, file: str) -> list:
+    """D27 (and D3 ruled out) for an invalid device ordinal under a one-node launch of several processes."""
+    from gpudoctor.engine.rules import Verdict
+
+    if not _ORDINAL.search(text):
+        return []
+    lines = text.splitlines()
+    error = next((i for i, line in enumerate(lines) if _ORDINAL.search(line)), None)
+    launch = next((i for i, line in enumerate(lines) if _LAUNCH.search(line)), None)
+    if error is None or launch is None:
+        return []
+    if _MULTI_ON_LINE.search(lines[launch]) or _MULTI.search(text):
+        return []
+    n = _LAUNCH.search(lines[launch]).group(1)
+    why = Evidence(file, launch + 1, f"{n} processes per node on one node, where the global rank is the local rank: "
+                                     f"{' '.join(lines[launch].split())[:160]}", "because")
+    here = Evidence(file, error + 1, lines[error], "rule:ordinal-on-one-node")
+    note = (f"not D3: line {launch + 1} launches one node, where a device chosen by RANK is the one LOCAL_RANK "
+            f"picks; an invalid ordinal there means more processes than visible GPUs (D27)")
+    return [Verdict("D3", "rule:ordinal-on-one-node", (here,), rule_out=True, note=note),
+            Verdict("D27", "rule:ordinal-on-one-node", (here, why), score=0.7)]
