@@ -315,6 +315,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.ds_auto import auto_float_rule
     from gpudoctor.engine.init_wait import init_wait_rule
     from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule
+    from gpudoctor.engine.ds_no_sync import no_sync_rule
     from gpudoctor.engine.ordinal_rules import one_node_ordinal_rule
     from gpudoctor.engine.shm_rules import shm_rules
 
@@ -339,6 +340,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(auto_float_rule(whole, scan.name))
             verdicts.extend(init_wait_rule(whole, scan.name))
             verdicts.extend(one_node_ordinal_rule(whole, scan.name))
+            verdicts.extend(no_sync_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)
