@@ -33,6 +33,10 @@ BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "m
            "dev-1127f": (DEV, "manifest-p1[4-9].yaml"), "sealed-1127e": (SEALED, "manifest-2[l-z].yaml"),
            "dev-1127g": (DEV, "manifest-p2[0-9].yaml"), "sealed-1127f": (SEALED, "manifest-3[a-z].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
+# names collectors wrote for the same rows (a wrapper counts as the framework it runs on)
+FRAMEWORK_ALIASES = {"accelerate": "accelerate-hf", "transformers": "accelerate-hf", "hf": "accelerate-hf",
+                     "trl": "accelerate-hf", "peft": "accelerate-hf", "pytorch-lightning": "lightning",
+                     "lightning-fabric": "lightning", "verl": "pytorch", "torch": "pytorch"}
 BASELINE_LINES = 5
 # what a user would pick out of a log as "the error lines" to paste into a search box
 _ERRORISH = re.compile(r"error|exception|fail|fatal|abort|timed? ?out|killed|refused|denied|invalid|unable|cannot|"
@@ -53,7 +57,8 @@ def load_cases(base: Path, pattern: str, before_relabel: bool = False) -> list[d
             if before_relabel and case.get("relabelled"):
                 case["expect"] = None
             case["abs"] = base / case["path"]
-            case["framework"] = case.get("framework") or "pytorch"
+            framework = str(case.get("framework") or "pytorch").lower()
+            case["framework"] = FRAMEWORK_ALIASES.get(framework, framework)
             cases.append(case)
     return cases
 
