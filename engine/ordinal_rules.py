@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.rules import _INVALID_ORDINAL as _ORDINAL, Verdict
 
-_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE|"
-                 r"AssertionError: Invalid device id")
 # a launch of several processes per node, as echoed: the launcher, then its per-node process count above 1
 _LAUNCH = _lazy(r"(?:\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\baccelerate launch\b|^\s*(?:\S+/)?deepspeed\s)"
                 r".*?--(?:nproc[_-]per[_-]node|num[_-]processes|num[_-]gpus)[= ]+([2-9]|\d\d+)\b")
@@ -26,8 +25,6 @@ _MULTI = _lazy(r"\bnode_rank\W{1,3}[1-9]|\bGROUP_RANK\W{1,3}[1-9]|\bnum_machines
 
 def one_node_ordinal_rule(text: str, file: str) -> list:
     """D27 (and D3 ruled out) for an invalid device ordinal under a one-node launch of several processes."""
-    from gpudoctor.engine.rules import Verdict
-
     if not _ORDINAL.search(text):
         return []
     lines = text.splitlines()
