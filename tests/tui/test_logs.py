@@ -218,3 +218,7 @@ async def test_a_script_given_with_the_log_confirms_the_cause_it_shows(make, tmp
         await pilot.pause(0.1)
         assert log_view.cursor == 2 and isinstance(app.screen, LogScreen)
         assert "confirmed by the script" in str(screen.query_one("#verdict").render())
+        from textual.widgets import OptionList
+
+        first = screen.query_one("#findings", OptionList).get_option_at_index(0)
+        assert "confirmed by the script" in str(first.prompt)

@@ -33,8 +33,11 @@ FIRST_LINES_WAIT_S = 1.0  # the diagnosis waits this long at most for the log's 
 def finding_option(n: int, finding) -> Option:
     tier = getattr(finding, "tier", "match")
     style = "bold green" if tier == "match" else "yellow"
-    line = Text.assemble((f"{n}. ", "dim"), (f"{tier:<8}", style), f"{finding.score:4.2f} ",
-                         (f"{finding.id:<5}", "bold"), " ", finding.title)
+    witnesses = sorted({ev.signature.split(":", 1)[0] for ev in finding.evidence
+                        if ev.signature.startswith(("script:", "command:", "probe:"))})
+    seen = (" · confirmed by the " + " and ".join(witnesses), "cyan") if witnesses else ""
+    line = Text.assemble((f"{n}. ", "dim"), (f"{tier:<9}", style), f"{finding.score:4.2f} ",
+                         (f"{finding.id:<5}", "bold"), " ", finding.title, seen)
     return Option(line, id=finding.id)
 
 
