@@ -3,7 +3,8 @@ from __future__ import annotations
 
 
 def make_app(catalog=None, *, logs: list[str] | None = None, script: str | None = None,
-             names: dict[str, str] | None = None, probe_options: dict | None = None, kb_dirs=None):
+             names: dict[str, str] | None = None, probe_options: dict | None = None, kb_dirs=None,
+             cmd: str | None = None):
     """The app, ready to run(): with logs it opens on their diagnosis. Loads the catalogue when not given one."""
     from gpudoctor.tui.app import GpuDoctorApp
 
@@ -11,4 +12,4 @@ def make_app(catalog=None, *, logs: list[str] | None = None, script: str | None 
         from gpudoctor.kb.catalog import load_catalog
 
         catalog = load_catalog(kb_dirs)
-    return GpuDoctorApp(catalog, logs=logs, script=script, names=names, probe_options=probe_options)
+    return GpuDoctorApp(catalog, logs=logs, script=script, names=names, probe_options=probe_options, cmd=cmd)

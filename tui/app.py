@@ -37,11 +37,12 @@ class GpuDoctorApp(App):
     ]
 
     def __init__(self, catalog, *, logs: list[str] | None = None, script: str | None = None,
-                 names: dict[str, str] | None = None, probe_options: dict | None = None):
+                 names: dict[str, str] | None = None, probe_options: dict | None = None, cmd: str | None = None):
         super().__init__()
         self.catalog = catalog
         self.initial_logs = list(logs or [])
         self.script = script
+        self.cmd = cmd  # the launch command, a witness beside the logs (engine/corroborate.py)
         self.names = dict(names or {})  # path -> name to show (a spooled stdin is "<stdin>")
         self.probe_options = dict(probe_options or {})
         self.worker_owners: dict[Worker, object] = {}

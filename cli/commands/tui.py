@@ -26,6 +26,7 @@ exit codes: 0 closed normally, 2 usage or input error (or no terminal)"""
 def add_arguments(parser) -> None:
     parser.add_argument("logs", nargs="*", metavar="LOG", help="logs to open: files, directories, .gz; - reads stdin")
     parser.add_argument("--script", metavar="FILE", help="a training script to check and fix")
+    parser.add_argument("--cmd", metavar="CMD", help="the launch command: checked beside the logs (as diagnose --cmd)")
 
 
 def run(args, out) -> int:
@@ -47,6 +48,15 @@ def launch(args, logs: list[str], script: str | None = None) -> int:
             raise UserError(str(exc)) from None
     if script is not None and not os.path.isfile(script):
         raise UserError(f"{script}: no such file (--script takes a training script)")
+    cmd = getattr(args, "cmd", None)
+    if cmd:
+        from gpudoctor.engine.fixes.errors import FixError
+        from gpudoctor.engine.lint.command import check_command
+
+        try:
+            check_command(cmd)
+        except FixError as exc:
+            raise UserError(str(exc)) from None
     if not _stdout_is_terminal(stream):
         raise UserError("the interactive session needs a terminal; for scripts use diagnose, search or show")
     spooled = None
@@ -63,7 +73,7 @@ def launch(args, logs: list[str], script: str | None = None) -> int:
     catalog = load(args)
     from gpudoctor.tui import make_app
 
-    app = make_app(catalog, logs=logs, script=script, names=names)
+    app = make_app(catalog, logs=logs, script=script, names=names, cmd=cmd)
     try:
         app.run()
     finally:

@@ -38,6 +38,9 @@ def test_bad_inputs_name_the_file(tmp_path):
     err = io.StringIO()
     assert main(["diagnose", "--tui", str(tmp_path / "gone")], stdout=io.StringIO(), stderr=err) == 2
     assert "gone" in err.getvalue()
+    err = io.StringIO()
+    assert main(["tui", "--cmd", "torchrun 'unclosed"], stdout=io.StringIO(), stderr=err) == 2
+    assert "cannot parse the command" in err.getvalue() and "Traceback" not in err.getvalue()
 
 
 def test_diagnose_without_tui_is_unchanged():

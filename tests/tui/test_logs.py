@@ -222,3 +222,16 @@ async def test_a_script_given_with_the_log_confirms_the_cause_it_shows(make, tmp
 
         first = screen.query_one("#findings", OptionList).get_option_at_index(0)
         assert "confirmed by the script" in str(first.prompt)
+
+
+async def test_a_launch_command_given_with_the_log_confirms_the_rendezvous_cause(make, tmp_path):
+    log = tmp_path / "node0.log"
+    log.write_text("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "
+                   "1/2 clients joined.\n")
+    app = make(logs=[str(log)], cmd="torchrun --standalone --nnodes=2 --nproc-per-node=8 train.py")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None,
+                         what="the diagnosis")
+        top = app.screen.diagnosis.findings[0]
+        assert (top.id, top.tier) == ("D2", "match")
+        assert any(ev.signature == "command:standalone-multinode" for ev in top.evidence)

@@ -134,12 +134,13 @@ class LogScreen(Screen):
             except InputError as exc:
                 self.post_message(WorkFailed("diagnosis", str(exc)))
                 return
-            script = getattr(self.app, "script", None)
-            if script:  # the training script as a second witness: a cause both show is a confident one
-                from gpudoctor.engine.corroborate import corroborate, from_lint
+            script, cmd = getattr(self.app, "script", None), getattr(self.app, "cmd", None)
+            if script or cmd:  # the script and the launch command as witnesses: a cause both show is confident
+                from gpudoctor.engine.corroborate import corroborate, from_command, from_lint
                 from gpudoctor.engine.lint.runner import lint_paths
 
-                result = corroborate(result, from_lint(lint_paths([script], jobs=1).findings), catalog)
+                witnesses = from_lint(lint_paths([script], jobs=1).findings) if script else []
+                result = corroborate(result, witnesses + (from_command(cmd) if cmd else []), catalog)
             self.diagnosis_seconds = time.perf_counter() - start
             self.post_message(DiagnosisDone(result, sources))
 
