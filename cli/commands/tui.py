@@ -18,8 +18,8 @@ examples:
   gpudoctor tui logs/                       # per-rank logs (torchrun --log-dir)
   kubectl logs trainer-0 | gpudoctor tui -  # read first, then keys from the tty
   gpudoctor tui --script train.py           # its lint findings, each with a fix
-  gpudoctor tui rank3.log --script train.py # the script confirms what the log
-                                            # points at (also --cmd "torchrun ...")
+  gpudoctor tui rank3.log --script train.py # the script confirms the log's cause
+                                            # (--cmd "torchrun ..." likewise)
   gpudoctor diagnose --tui rank*.log        # diagnose, opened in the session
 
 exit codes: 0 closed normally, 2 usage or input error (or no terminal)"""
