@@ -18,7 +18,7 @@ examples:
   gpudoctor tui logs/                       # per-rank logs (torchrun --log-dir)
   kubectl logs trainer-0 | gpudoctor tui -  # read first, then keys from the tty
   gpudoctor tui --script train.py           # its lint findings, each with a fix
-  gpudoctor tui rank3.log --script train.py # the script confirms the log's cause
+  gpudoctor tui rank3.log --script train.py # the script confirms the cause
                                             # (--cmd "torchrun ..." likewise)
   gpudoctor diagnose --tui rank*.log        # diagnose, opened in the session
 
