@@ -389,6 +389,10 @@ STRONG: tuple[Rule, ...] = (
 # Weak rules are stripped only when a strong prefix follows them, because on
 # their own they could just as well be the start of the message.
 WEAK: tuple[Rule, ...] = (
+    # a tqdm bar whose carriage return was lost when the log was pasted: "Train:  20%|█▉   | 375/1881 [3:40:16<..]"
+    # runs straight into the record that followed it
+    Rule("progress", _rx(r"(?=[^\n]{0,100}?\d%\|)(?:[^|\n]{0,80}?:)?\s*\d{1,3}%\|[^|\n]{0,200}\|\s*[\d.]{1,12}[kMG]?/"
+                         r"[\d.?]{1,12}[kMG]?(?: \[[^\]\n]{0,80}\])?\s*"), _h_nothing, _LETTERS + _DIGITS + " \t"),
     Rule("indent", _rx(r"[ \t]{1,64}"), _h_nothing, " \t"),
     # torchx / NeMo-Run "role/0 " replica prefix
     Rule("replica", _rx(r"[A-Za-z_][\w-]{0,100}/\d{1,7} "), _h_nothing, _LETTERS),

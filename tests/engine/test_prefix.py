@@ -177,6 +177,17 @@ CASES = [
         "x",
         {"rank": 12, "timestamp": "2025-02-19 19:08", "kinds": ("indent", "iso", "rank", "glog")},
     ),
+    (  # a tqdm bar whose carriage return was lost in the paste, run into the next rank-tagged record
+        "Train:  20%|█▉        | 375/1881 [3:40:16<14:52:25, 35.55s/it][rank3]:[E918 19:29:24.436955737 "
+        "ProcessGroupNCCL.cpp:689] [Rank 3] Watchdog caught collective operation timeout",
+        "[Rank 3] Watchdog caught collective operation timeout",
+        {"rank": 3, "kinds": ("progress", "rank", "glog")},
+    ),
+    (
+        " 45%|████▌     | 9/20 [00:03<00:04,  2.50it/s][rank0]: RuntimeError: x",
+        "RuntimeError: x",
+        {"rank": 0, "kinds": ("progress", "rank")},
+    ),
 ]
 
 
@@ -203,6 +214,7 @@ def test_known_prefixes(line: str, body: str, fields: dict) -> None:
         "ERROR: Could not find a version that satisfies the requirement",
         "Error: something",
         "Epoch 1: loss 2.3",
+        "Epoch 1:  20%|██ | 2/10 [00:01<00:04] loss 3",  # a bar with no record after it is the message
         "10:30 is when it broke",
         "[Rank 0] Watchdog caught collective operation timeout",  # c10's own tag stays in the body
         "[default] Starting worker group",
