@@ -114,9 +114,13 @@ def _run_probes(findings, err) -> dict:
 
 def _script_witnesses(script: str, err) -> list:
     """What lint finds in the training script, as witnesses that can confirm a cause the log points at."""
+    import os
+
     from gpudoctor.engine.corroborate import from_lint
     from gpudoctor.engine.lint.runner import lint_paths
 
+    if os.path.isdir(script):  # lint would walk it; the fix needs one file
+        raise UserError(f"--script {script}: is a directory, not a file")
     lint = lint_paths([script], jobs=1)
     for path, message in lint.errors:
         _warn(err, f"{path}: {message} (the script was not checked)")

@@ -184,3 +184,10 @@ def test_witness_bench_meets_its_floors():
     assert res["own_right_after"] >= 0.7 * res["own_pairs"]
     assert res["taken_over"] <= 0.04 * res["other_pairs"]
     assert res["negatives_made_confident"] <= 0.06 * res["negative_pairs"]
+
+
+def test_diagnose_script_that_is_a_directory_is_a_usage_error(cli_proc, tmp_path):
+    log = tmp_path / "ordinal.log"
+    log.write_text(ORDINAL)
+    r = cli_proc("diagnose", str(log), "--script", str(tmp_path))
+    assert r.code == 2 and "is a directory, not a file" in r.err and "Traceback" not in r.err
