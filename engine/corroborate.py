@@ -50,6 +50,21 @@ def from_lint(findings) -> list[Witness]:
     return out
 
 
+def gather(script: str | None = None, cmd: str | None = None) -> tuple[list[Witness], list[tuple[str, str]]]:
+    """The witnesses a training script (lint) and a launch command give, and the script's lint errors (path,
+    message) when it could not be checked. Raises FixError for a command that cannot be parsed."""
+    from gpudoctor.engine.lint.runner import lint_paths
+
+    witnesses: list[Witness] = []
+    errors: list[tuple[str, str]] = []
+    if script:
+        lint = lint_paths([script], jobs=1)
+        witnesses, errors = from_lint(lint.findings), list(lint.errors)
+    if cmd:
+        witnesses += from_command(cmd)
+    return witnesses, errors
+
+
 def from_command(cmd: str) -> list[Witness]:
     """Witnesses from the launch command's own settings (gpudoctor.engine.lint.command); FixError if unparsable."""
     from gpudoctor.engine.lint.command import check_command

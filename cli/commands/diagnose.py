@@ -112,32 +112,6 @@ def _run_probes(findings, err) -> dict:
     return by_entry
 
 
-def _script_witnesses(script: str, err) -> list:
-    """What lint finds in the training script, as witnesses that can confirm a cause the log points at."""
-    import os
-
-    from gpudoctor.engine.corroborate import from_lint
-    from gpudoctor.engine.lint.runner import lint_paths
-
-    if os.path.isdir(script):  # lint would walk it; the fix needs one file
-        raise UserError(f"--script {script}: is a directory, not a file")
-    lint = lint_paths([script], jobs=1)
-    for path, message in lint.errors:
-        _warn(err, f"{path}: {message} (the script was not checked)")
-    return from_lint(lint.findings)
-
-
-def _command_witnesses(cmd: str) -> list:
-    """What the launch command's own settings show (a --standalone rendezvous across nodes is D2), as witnesses."""
-    from gpudoctor.engine.corroborate import from_command
-    from gpudoctor.engine.fixes.errors import FixError
-
-    try:
-        return from_command(cmd)
-    except FixError as exc:
-        raise UserError(str(exc)) from None
-
-
 def _options_from_evidence(findings) -> dict:
     """Probe options the log itself gives away, e.g. the port a failed bind named."""
     import re
@@ -209,9 +183,11 @@ def run(args, out) -> int:
             raise UserError("no input could be read" if len(logs) > 1 else "no input could be read: " + logs[0].problem)
         raise UserError("no input: " + ("stdin was empty" if paths == ["-"] else "every file was empty"))
     result = result.top(args.top)  # N confident findings, then at most N possible causes
-    witnesses = _script_witnesses(args.script, args.err) if args.script else []
-    if args.cmd:
-        witnesses += _command_witnesses(args.cmd)
+    witnesses = []
+    if args.script or args.cmd:  # only then: lint and the command parser stay out of a plain run's start-up
+        from gpudoctor.commands.fix import witnesses_of
+
+        witnesses = witnesses_of(args)
     if args.probe and result.findings:  # a probe that confirms a possible cause makes it a confident one
         results = _run_probes(result.findings, args.err)
         result = result.with_probe_results(results)

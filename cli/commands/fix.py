@@ -76,19 +76,27 @@ def _diagnose_logs(paths, catalog, stdin=None):
         raise UserError(str(exc)) from None
 
 
-def _with_witnesses(diagnosis, args, catalog):
-    """The log's diagnosis with the script and the launch command as second witnesses (see engine/corroborate.py)."""
-    from gpudoctor.engine.corroborate import corroborate, from_command, from_lint
-    from gpudoctor.engine.fixes import FixError
-    from gpudoctor.engine.lint.runner import lint_paths
+def witnesses_of(args) -> list:
+    """The script's and the launch command's witnesses (engine/corroborate.py); a script that could not be checked
+    is named on stderr, a folder or a command that cannot be parsed is a usage error."""
+    import os
 
-    witnesses = from_lint(lint_paths([args.script], jobs=1).findings) if args.script else []
-    if args.cmd:
-        try:
-            witnesses += from_command(args.cmd)
-        except FixError as exc:
-            raise UserError(str(exc)) from None
-    return corroborate(diagnosis, witnesses, catalog)
+    from gpudoctor.engine.corroborate import gather
+    from gpudoctor.engine.fixes import FixError
+
+    script, cmd = getattr(args, "script", None), getattr(args, "cmd", None)
+    if script and os.path.isdir(script):  # lint would walk it; a fix needs one file
+        raise UserError(f"--script {script}: is a directory, not a file")
+    try:
+        witnesses, errors = gather(script, cmd)
+    except FixError as exc:
+        raise UserError(str(exc)) from None
+    from gpudoctor.term import sanitize
+
+    for path, message in errors:
+        args.err.write(f"{args.err.style('gpudoctor: warning:', 'yellow')} "
+                       f"{sanitize(f'{path}: {message}')} (the script was not checked)")
+    return witnesses
 
 
 def _probe_facts() -> dict:
@@ -129,7 +137,9 @@ def run(args, out) -> int:
     if args.log:
         from gpudoctor.engine.fixes import facts_from_diagnosis
 
-        diagnosis = _with_witnesses(_diagnose_logs(args.log, catalog), args, catalog)
+        from gpudoctor.engine.corroborate import corroborate
+
+        diagnosis = corroborate(_diagnose_logs(args.log, catalog), witnesses_of(args), catalog)
         facts = facts_from_diagnosis(diagnosis, logs=args.log)
         if entry_id is None:
             matches = [f for f in diagnosis.findings if f.tier == "match"]

@@ -97,9 +97,9 @@ def run(args, out) -> int:
 
 
 def _human(out, findings, result, command: str | None = None) -> None:
+    from gpudoctor.common import fit
     from gpudoctor.engine.lint.command import COMMAND
     from gpudoctor.engine.lint.model import source_line
-    from gpudoctor.common import fit
 
     sources: dict[str, list[str]] = {}
     width = min(out.width, 80)
@@ -151,18 +151,17 @@ def _with_command(result, args):
 
     from gpudoctor.engine.fixes.errors import FixError
     from gpudoctor.engine.lint.command import check_command
+    from gpudoctor.engine.lint.runner import _norm
 
     try:
         found = check_command(args.cmd)
     except FixError as exc:
         raise UserError(str(exc)) from None
-    wanted = {c.strip() for v in args.select for c in v.split(",") if c.strip()}
-    unwanted = {c.strip() for v in args.ignore for c in v.split(",") if c.strip()}
+    select, ignore = _norm(args.select), _norm(args.ignore)  # the scripts' own reading of the two lists
 
     def keep(f) -> bool:
         keys = {f.entry_id, f.rule}
-        return (not wanted or bool(keys & {w.upper() if "-" not in w else w for w in wanted})) and \
-            not keys & {w.upper() if "-" not in w else w for w in unwanted}
+        return (not select or bool(keys & select)) and not keys & ignore
 
     return replace(result, findings=tuple(result.findings) + tuple(f for f in found if keep(f)))
 

@@ -136,11 +136,9 @@ class LogScreen(Screen):
                 return
             script, cmd = getattr(self.app, "script", None), getattr(self.app, "cmd", None)
             if script or cmd:  # the script and the launch command as witnesses: a cause both show is confident
-                from gpudoctor.engine.corroborate import corroborate, from_command, from_lint
-                from gpudoctor.engine.lint.runner import lint_paths
+                from gpudoctor.engine.corroborate import corroborate, gather
 
-                witnesses = from_lint(lint_paths([script], jobs=1).findings) if script else []
-                result = corroborate(result, witnesses + (from_command(cmd) if cmd else []), catalog)
+                result = corroborate(result, gather(script, cmd)[0], catalog)  # the command was checked at launch
             self.diagnosis_seconds = time.perf_counter() - start
             self.post_message(DiagnosisDone(result, sources))
 
