@@ -103,7 +103,7 @@ async def test_a_long_diagnosis_shows_progress_and_can_be_cancelled(make, tmp_pa
     def paced(catalog, sources, progress=None, **kwargs):
         def slowly(n):
             progress(n)
-            time.sleep(0.05)
+            time.sleep(0.2)
         return real(catalog, sources, progress=slowly if progress else None, **kwargs)
 
     monkeypatch.setattr(engine, "diagnose", paced)
