@@ -318,6 +318,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.ds_no_sync import no_sync_rule
     from gpudoctor.engine.ordinal_rules import one_node_ordinal_rule
     from gpudoctor.engine.shm_rules import shm_rules
+    from gpudoctor.engine.slow_step import slow_step_rule
 
     verdicts: list[Verdict] = []
     texts = {name: unwrapped(text) for name, text in (texts or {}).items()}
@@ -341,6 +342,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(init_wait_rule(whole, scan.name))
             verdicts.extend(one_node_ordinal_rule(whole, scan.name))
             verdicts.extend(no_sync_rule(whole, scan.name))
+            verdicts.extend(slow_step_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

@@ -1,0 +1,93 @@
+"""A step on one rank that ran as long as the collective timeout: the others gave up waiting for it (MN3).
+
+The classic way a healthy run dies at the default timeout: the main process tokenises a dataset, caches latents or
+indexes files (inside `main_process_first`, before a barrier) while every other rank already waits in the barrier.
+When that step takes longer than the process group's timeout (1800 s by default; 600 s for NCCL from torch 2.2 when
+the script passes none), the waiting ranks' collective or store read times out and the run ends, with the main
+process's progress bar still running. The log then shows tqdm's bar (`47%|███ | 1695000/3634744 [30:09<33:25, ...]`)
+whose elapsed time equals the timeout, followed by the waiting ranks' timeout or the traceback of their barrier.
+
+tqdm prints elapsed time as MM:SS or H:MM:SS (tqdm.format_interval); the timeout in force is the one the log states
+(`Timeout(ms)=`, `timed out after Nms`, `ddp_timeout`), or else a default.
+"""
+from __future__ import annotations
+
+import re
+
+from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.rules import Verdict
+
+# a tqdm bar that has not finished: "n/total [elapsed<remaining" with remaining not 00:00 (or "?")
+_BAR = _lazy(r"\|\s*([\d.]+[kMGT]?)/([\d.]+[kMGT]?)\s*\[(?:(\d+):)?(\d{1,2}):(\d\d)<(\?|[\d:]+)")
+_STATED = _lazy(r"Timeout\(ms\)=(\d+)|timed out after (\d+) ?ms|wait timeout after (\d+) ?ms|"
+                r"socket timed out after (\d+) ?ms|timeout of (\d+) ?ms|ddp_timeout\W{1,4}(\d+)\b")
+# the waiting ranks' end: a timeout, or the frames of the collective or store call they were waiting in
+_WAITED = _lazy(r"[Tt]imed out|[Tt]imeout|timing out|DEADLINE_EXCEEDED|\bbarrier\b|main_process_first|"
+                r"wait_for_everyone|all_reduce|allreduce|\bbroadcast\b|store->get|ncclUniqueId|DistStoreError")
+# the rank's own error after the bar: then the bar's length is a coincidence, the error is the cause
+_OWN_ERROR = _lazy(r"OutOfMemoryError|out of memory|Killed|SIGKILL|Segmentation fault|CUDA error|"
+                   r"\b(?:Key|Value|Type|Index|Attribute|Assertion|NotImplemented|Import|ModuleNotFound)Error\b")
+DEFAULTS = (1800, 600)  # torch's process-group default; NCCL's own from torch 2.2 (kProcessGroupNCCLDefaultTimeout)
+# the bar may start a little after the others began waiting, and print on until the run is torn down: a window
+# in proportion to the timeout (27:00-34:30 for 30 minutes, 9:00-11:30 for 10)
+EARLY, LATE = 0.1, 0.15
+SCORE = 0.8
+WINDOW = 80  # lines after the wait's first sign read for the rank's own error
+MAX_LINE = 20_000  # tqdm redraws with \r: a pasted bar can be one long line; its last redraw is what counts
+
+
+def _seconds(m: re.Match) -> int:
+    return int(m.group(3) or 0) * 3600 + int(m.group(4)) * 60 + int(m.group(5))
+
+
+def _unfinished(m: re.Match) -> bool:
+    return m.group(1) != m.group(2) and m.group(6) not in ("00:00", "0:00:00")
+
+
+def _stated(text: str) -> list[int]:
+    out = []
+    for m in _STATED.finditer(text):
+        value = next(int(g) for g in m.groups() if g)
+        out.append(value if m.group(6) else value // 1000)
+    return sorted(set(out))
+
+
+def slow_step_rule(text: str, file: str) -> list[Verdict]:
+    """MN3 when the last unfinished progress bar before the waiting ranks' failure had run as long as the timeout."""
+    if "%|" not in text:  # tqdm's default bar opens "NN%|": no bar, no regex compiled
+        return []
+    lines = text.splitlines()
+    limits = _stated(text) or list(DEFAULTS)
+    last = None  # (line index, match) of the latest unfinished bar
+    for i, line in enumerate(lines):
+        bars = [m for m in _BAR.finditer(line[-MAX_LINE:]) if _unfinished(m)] if "<" in line else []
+        if bars:
+            last = (i, bars[-1])
+        if last is None:
+            continue
+        tail = line[-MAX_LINE:][last[1].end():] if last[0] == i else line
+        if not _WAITED.search(tail):
+            continue
+        after = "\n".join([tail] + lines[i + 1:i + WINDOW])
+        if _OWN_ERROR.search(after):
+            return []  # the rank's own error follows the bar: the error is the cause, the bar's length a coincidence
+        elapsed = _seconds(last[1])
+        limit = next((t for t in limits if t * (1 - EARLY) <= elapsed <= t * (1 + LATE)), None)
+        if limit is None:
+            return []
+        shown = last[1].group(0).lstrip("| ").strip()
+        why = Evidence(file, last[0] + 1, f"a progress bar still running after {_clock(elapsed)} ({shown}), "
+                                          f"as long as the {_clock(limit)} timeout", "because")
+        here = Evidence(file, i + 1, line, "rule:step-as-long-as-timeout")
+        note = (f"line {last[0] + 1}: one rank's step (the progress bar) had run {_clock(elapsed)} when the others' "
+                f"wait ended at the {_clock(limit)} timeout; a step that long on one rank (dataset preprocessing "
+                f"under main_process_first, caching) needs a longer timeout or to be done before the run")
+        return [Verdict("MN3", "rule:step-as-long-as-timeout", (here, why), score=SCORE, note=note)]
+    return []
+
+
+def _clock(seconds: int) -> str:
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
