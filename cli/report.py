@@ -93,7 +93,8 @@ def split_tiers(findings) -> tuple[list, list]:
     return matches, [f for f in findings if getattr(f, "tier", "match") != "match"]
 
 
-def render_text(diagnosis, out: Out, catalog=None) -> None:
+def render_text(diagnosis, out: Out, catalog=None, witnessed: bool = False) -> None:
+    """witnessed: the script, the command or the probes were already read (no hint how to add them)."""
     w = out.width
     head = _inputs_line(diagnosis)
     matches, possible = split_tiers(diagnosis.findings)
@@ -124,6 +125,27 @@ def render_text(diagnosis, out: Out, catalog=None) -> None:
         else:
             out.write("These are guesses from the failure lines and their context: no signature fired.")
             out.write("Read the entries (gpudoctor show ID) and check them against the log.")
+        if catalog is not None and not witnessed:
+            _text_confirm(diagnosis, out, possible, catalog, w)
+
+
+_HOW = {"script": ("--script train.py", "the training script"),
+        "command": ('--cmd "<command>"', "the launch command"),
+        "probe": ("--probe", "probes on this machine")}
+
+
+def _text_confirm(diagnosis, out: Out, possible, catalog, w: int) -> None:
+    """How to turn a guess into a confirmed cause: the second witnesses that speak for these entries."""
+    from gpudoctor.engine.corroborate import confirmable
+
+    ways = confirmable(possible, catalog)
+    if not ways:
+        return
+    out.write("")
+    out.write("To confirm one, run diagnose again with what the log cannot show:")
+    for kind, ids in ways.items():
+        flag, what = _HOW[kind]
+        out.write(fit(f"  {flag:<21} {what}, for {', '.join(ids)}", w))
 
 
 def _text_possible(diagnosis, out: Out, possible, w: int) -> None:

@@ -21,6 +21,28 @@ GUESS_TIE = 0.005  # possible causes this close to the best guess are tied with 
 _NAMES = {"script": "the script", "command": "the launch command", "probe": "a probe"}
 
 
+# what each second witness can speak for, kept here so that a plain diagnosis can say so without loading lint:
+# the entries `gpudoctor lint` checks a script for (engine/lint/checks) and those it checks a launch command for
+# (engine/lint/command.py); tests/engine/test_corroborate.py holds both to the checks themselves
+SCRIPT_CHECKS = frozenset({"D2", "D3", "D8", "D10", "D21", "D22", "D23", "D26", "D27", "MN3", "MN5",
+                           "P1", "P2", "P3", "P6"})
+COMMAND_CHECKS = frozenset({"D1", "D2", "D5", "D6", "D27"})
+
+
+def confirmable(findings, catalog) -> dict[str, list[str]]:
+    """For a diagnosis of guesses: the entries among them (or that would explain one of them) that the script, the
+    launch command or a probe could confirm, by witness ("script", "command", "probe"); empty lists left out."""
+    guessed = [f.id for f in findings if f.tier == "possible"]
+    entries = {e.id: e for e in catalog}
+    behind = [e.id for e in entries.values() if set(e.explains) & set(guessed) and e.id not in guessed]
+    out = {
+        "script": [i for i in guessed + behind if i in SCRIPT_CHECKS],
+        "command": [i for i in guessed + behind if i in COMMAND_CHECKS],
+        "probe": [f.id for f in findings if f.tier == "possible" and f.probes],
+    }
+    return {k: list(dict.fromkeys(v)) for k, v in out.items() if v}
+
+
 @record(frozen=True)
 class Witness:
     """One piece of evidence from outside the log: which entry it speaks for, and the line that shows it."""

@@ -220,7 +220,7 @@ def run(args, out) -> int:
     else:
         from gpudoctor.report import render_text
 
-        render_text(result, out, catalog)
+        render_text(result, out, catalog, witnessed=bool(args.script or args.cmd or args.probe))
         if fix_plan is not None:
             emit_for_diagnosis(fix_plan, fmt, out)
     return EXIT_OK if matches else EXIT_NOTHING

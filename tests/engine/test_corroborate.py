@@ -191,3 +191,28 @@ def test_diagnose_script_that_is_a_directory_is_a_usage_error(cli_proc, tmp_path
     log.write_text(ORDINAL)
     r = cli_proc("diagnose", str(log), "--script", str(tmp_path))
     assert r.code == 2 and "is a directory, not a file" in r.err and "Traceback" not in r.err
+
+
+def test_what_a_plain_diagnosis_says_each_witness_speaks_for_is_what_the_checks_check():
+    import re
+
+    from gpudoctor.engine import corroborate as c
+    from gpudoctor.engine.lint import command
+    from gpudoctor.engine.lint.checks import ALL
+
+    assert c.SCRIPT_CHECKS == {check.code for check in ALL}
+    told = set(re.findall(r'hits\.append\(\("(\w+)"', Path(command.__file__).read_text()))
+    assert told and c.COMMAND_CHECKS == told
+
+
+def test_a_guess_says_how_to_confirm_it_and_a_witnessed_run_does_not(cli_proc, tmp_path):
+    log = tmp_path / "ordinal.log"
+    log.write_text(ORDINAL)  # D3 or D27: the script and the command can tell them apart
+    r = cli_proc("diagnose", str(log), env={"COLUMNS": "80"})
+    assert r.code == 1
+    hint = r.out[r.out.index("To confirm one"):].splitlines()
+    assert any(line.lstrip().startswith("--script") and "D3" in line and "D27" in line for line in hint), r.out
+    assert any(line.lstrip().startswith("--cmd") and "D27" in line and "D3" not in line for line in hint), r.out
+    assert all(len(line) <= 80 for line in r.out.splitlines())
+    r = cli_proc("diagnose", str(log), "--script", str(CLEAN_SCRIPT))
+    assert "To confirm one" not in r.out
