@@ -224,6 +224,25 @@ async def test_a_script_given_with_the_log_confirms_the_cause_it_shows(make, tmp
         assert "confirmed by the script" in str(first.prompt)
 
 
+async def test_guesses_alone_say_what_would_confirm_them_and_a_script_given_silences_that(make, tmp_path):
+    from pathlib import Path
+
+    log = tmp_path / "rank9.log"
+    log.write_text("starting\nRuntimeError: CUDA error: invalid device ordinal\n")  # D3 or D27: a guess
+    app = make(logs=[str(log)])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None,
+                         what="the diagnosis")
+        said = str(app.screen.query_one("#verdict").render())
+        assert "Only guesses" in said and "--script" in said and "D27" in said, said
+    script = Path(__file__).resolve().parents[1] / "data" / "lint" / "correct" / "spawn_tutorial_local_rank.py"
+    app = make(logs=[str(log)], script=str(script))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None,
+                         what="the diagnosis")
+        assert "Only guesses" not in str(app.screen.query_one("#verdict").render())
+
+
 async def test_a_launch_command_given_with_the_log_confirms_the_rendezvous_cause(make, tmp_path):
     log = tmp_path / "node0.log"
     log.write_text("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. "

@@ -170,9 +170,10 @@ class LogScreen(Screen):
         findings.add_options([finding_option(i, f) for i, f in enumerate(diag.findings, 1)])
         findings.display = bool(n)
         verdict = self.query_one("#verdict", Static)
-        if diag.verdict or diag.notes:
+        hint = self._confirm_hint(diag)
+        if diag.verdict or diag.notes or hint:
             lines = [clean_for_display(line) for line in diag.verdict + diag.notes]  # they quote the log
-            verdict.update(Text("\n".join(lines)[:600], style="italic"))
+            verdict.update(Text("\n".join(lines)[:600] + hint, style="italic"))
             verdict.display = True
         timeline = self.query_one("#timeline", RankTimeline)
         if len(diag.ranks) > 1:
@@ -181,6 +182,24 @@ class LogScreen(Screen):
             findings.highlighted = 0
             findings.focus()
             self.select_finding(0)
+
+    def _confirm_hint(self, diag) -> str:
+        """For a diagnosis of guesses only, read without the script or the command: what would confirm one."""
+        from gpudoctor.engine.corroborate import confirmable
+
+        if any(f.tier == "match" for f in diag.findings) or getattr(self.app, "script", None) \
+                or getattr(self.app, "cmd", None):
+            return ""
+        ways = confirmable(diag.findings, self.app.catalog)
+        parts = []
+        if "probe" in ways:
+            parts.append("p runs a guess's probes")
+        if "script" in ways:
+            parts.append(f"--script train.py checks the script ({', '.join(ways['script'])})")
+        if "command" in ways:
+            parts.append(f"--cmd checks the launch command ({', '.join(ways['command'])})")
+        return ("\n" if diag.verdict or diag.notes else "") + "Only guesses. To confirm one: " + "; ".join(parts) \
+            if parts else ""
 
     def on_work_failed(self, message: WorkFailed) -> None:
         self.first_lines.set()
