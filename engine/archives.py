@@ -97,6 +97,10 @@ def _copy(src, dst) -> None:
         dst.write(chunk)
 
 
+def _files(n: int) -> str:
+    return f"the {n} file{'s' * (n != 1)}" if n else "no file"
+
+
 def _reason(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
@@ -117,23 +121,66 @@ def expand(path: Path, shown: str, kind: str, stream, problems: list[str]) -> li
     return out.members
 
 
+class _Tail:
+    """The archive's decompressed stream, keeping the last bytes it handed out: tarfile drops a read that the break
+    cut short, and the member it broke in keeps them from here."""
+
+    def __init__(self, stream, keep: int = 2 * _CHUNK):
+        from collections import deque
+
+        self.stream, self.keep, self.end = stream, keep, 0
+        self.chunks: deque[bytes] = deque()  # the last reads, whole: at least `keep` bytes when that many were read
+        self.held = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.stream.read(n)
+        if data:
+            self.end += len(data)
+            self.chunks.append(data)
+            self.held += len(data)
+            while self.held - len(self.chunks[0]) >= self.keep:
+                self.held -= len(self.chunks.popleft())
+        return data
+
+    def since(self, offset: int) -> bytes:
+        """What was read from offset on (empty when that is no longer kept)."""
+        start = offset - (self.end - self.held)
+        return b"".join(self.chunks)[start:] if 0 <= start <= self.held else b""
+
+
 def _tar(stream, out: _Out, problems: list[str]) -> None:
     import tarfile
 
+    tail = _Tail(stream)
+    current = None  # (member, bytes written) of the member being copied
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with tarfile.open(fileobj=tail, mode="r|") as tar:
             for member in tar:
                 if not member.isfile() or _skipped(member.name):
                     continue
                 src = tar.extractfile(member)
                 with out.open(member.name) as dst:
-                    _copy(src, dst)
+                    current = [member, 0]
+                    while chunk := src.read(_CHUNK):
+                        dst.write(chunk)
+                        current[1] += len(chunk)
+                current = None
     except (tarfile.TarError, EOFError) as exc:
+        if current is not None:  # the member it broke in: as far as the stream got
+            member, written = current
+            rest = tail.since(member.offset_data + written)[:member.size - written]
+            with open(out.members[-1][1], "ab") as dst:
+                dst.write(rest)
         cut = getattr(stream, "problem", None)  # the decompressor's own account of the break, when it broke
         if cut:
             cut = cut.split("; what was read", 1)[0]
-        problems.append(f"{cut or f'{out.shown}: the tar archive ends early or is damaged ({_reason(exc)})'}; "
-                        f"the {len(out.members)} files read before the break are kept")
+        whole = len(out.members) - (current is not None)
+        if current is None or whole:
+            kept = f"{_files(whole)} read before the break {'are' if whole != 1 else 'is'} kept"
+            kept += f", and {current[0].name} as far as it got" if current is not None else ""
+        else:
+            kept = f"{current[0].name} is kept as far as it got"
+        problems.append(f"{cut or f'{out.shown}: the tar archive ends early or is damaged ({_reason(exc)})'}; {kept}")
     else:
         if getattr(stream, "problem", None):
             problems.append(stream.problem)
@@ -204,4 +251,5 @@ def _zip_local(path: Path, out: _Out, problems: list[str], why: str) -> None:
                 stop = f"it breaks off inside {name}"
                 break
     problems.append(f"{out.shown}: the zip archive ends early or is damaged ({why}; {stop}); "
-                    f"the {len(out.members) - kept_before} files read before the break are kept")
+                    f"{_files(len(out.members) - kept_before)} read before the break "
+                    f"{'is' if len(out.members) - kept_before == 1 else 'are'} kept")

@@ -210,7 +210,18 @@ def resolve(inputs: list[str], problems: list[str] | None = None, names: dict | 
             if problems is None:
                 raise InputError(found[0])
             problems.extend(found)
-    return sources
+    return [_shown_safely(s) for s in sources]
+
+
+def _shown_safely(source: Source) -> Source:
+    """A name with control characters (a file or archive member named so) is shown with them escaped: the name is
+    printed in every report, and only the path opens the file."""
+    if source.name.isprintable():
+        return source
+    from gpudoctor.engine.display import clean_for_display
+    from gpudoctor.kb.record import replace
+
+    return replace(source, name=clean_for_display(source.name))
 
 
 class _Prefixed:

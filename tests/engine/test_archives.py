@@ -94,7 +94,7 @@ def test_a_cut_off_archive_keeps_the_files_before_the_cut_and_says_so(cli_proc, 
     r = cli_proc("diagnose", "--json", str(cut), env={"TMPDIR": str(tmp_path)})
     assert r.code in (0, 1), r.err
     assert "Traceback" not in r.err and "ends early or is damaged" in r.err
-    assert "read before the break are kept" in r.err
+    assert "read before the break" in r.err and "kept" in r.err
     names = [i["name"] for i in json.loads(r.out)["inputs"]]
     assert names and all(n.startswith(f"{cut}/job/") for n in names)
     assert len(names) < len(list(EXAMPLE.iterdir()))
@@ -143,3 +143,53 @@ def test_an_encrypted_zip_member_is_named_and_skipped_and_the_others_read(tmp_pa
     assert [s.name for s in sources] == [f"{archive}/job/rank0.log"]
     assert len(problems) == 1 and "job/rank2.log skipped" in problems[0] and "encrypted" in problems[0]
     assert len(list(sources[0].path.parent.iterdir())) == 1  # the skipped member left no file behind
+
+
+def test_the_member_a_cut_tar_breaks_in_keeps_every_byte_that_was_decompressed(cli_proc, tmp_path):
+    import random
+
+    rng = random.Random(7)
+    lines = [f"step {i} loss {rng.random():.5f} tok {rng.getrandbits(64):x}" for i in range(12_000)]
+    lines.insert(100, "RuntimeError: CUDA error: invalid device ordinal")
+    data = ("\n".join(lines) + "\n").encode()
+    whole = tmp_path / "whole.tgz"
+    with tarfile.open(whole, "w:gz") as tar:
+        info = tarfile.TarInfo("job/rank0.log")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    cut = tmp_path / "cut.tgz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])  # inside the one member, under 1 MiB in
+    r = cli_proc("diagnose", "--json", str(cut), env={"TMPDIR": str(tmp_path)})
+    assert "ends early or is damaged" in r.err and "Traceback" not in r.err
+    doc = json.loads(r.out)
+    (member,) = doc["inputs"]
+    # everything zlib could inflate before the cut, less the member's 512-byte header, is read
+    inflated = _inflated_prefix(cut.read_bytes())
+    assert member["bytes"] == len(inflated) - 512 and member["bytes"] > len(data) // 3
+    assert doc["findings"] and doc["findings"][0]["id"] in ("D27", "D3")  # from line 101, kept
+
+
+def _inflated_prefix(gz: bytes) -> bytes:
+    import zlib
+
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    return d.decompress(gz)
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
+def test_control_characters_in_file_and_member_names_never_reach_the_terminal(cli_proc, tmp_path, fmt):
+    data = b"RuntimeError: CUDA error: invalid device ordinal\n"
+    archive = tmp_path / "job.tgz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("job/\x1b[31mrank0\x07.log")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    odd = tmp_path / "rank1\x1b]0;title\x07.log"
+    odd.write_bytes(data)
+    for given in (archive, odd):
+        r = cli_proc("diagnose", "--format", fmt, str(given), env={"TMPDIR": str(tmp_path)})
+        assert r.code == 1, r.err
+        assert "\x1b" not in r.out + r.err and "\x07" not in r.out + r.err
+        if fmt == "json":
+            (name,) = [i["name"] for i in json.loads(r.out)["inputs"]]
+            assert name.endswith(("/rank0\\x07.log", "/rank1.log")), name  # BEL escaped; an OSC title cut
