@@ -1,0 +1,58 @@
+"""An index past the visible GPUs: which of D3 (device chosen by the global rank) and D27 (more processes than GPUs)
+the log supports. By global rank the index passes the GPUs only on a node after the first, so D3 is confident only
+where the log shows a launch over several nodes; a script's own failed check of the device count against its ranks
+is D27 (yolov5's and YOLOX's asserts, as their tracebacks print them)."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from gpudoctor.engine.diagnose import diagnose
+from gpudoctor.engine.sources import Source
+from gpudoctor.kb.catalog import load_catalog
+
+CATALOG = load_catalog(use_cache=False)
+ORDINAL = "[rank5]: RuntimeError: CUDA error: invalid device ordinal\n"
+
+
+def run(text: str):
+    d = diagnose(CATALOG, [Source("<stdin>", None, None)], stdin=io.BytesIO(text.encode()))
+    return [(f.id, f.tier) for f in d.findings]
+
+
+def test_an_invalid_ordinal_alone_is_a_guess_that_leans_to_more_ranks_than_gpus():
+    found = run(ORDINAL)
+    assert found[:2] == [("D27", "possible"), ("D3", "possible")], found
+
+
+@pytest.mark.parametrize("launch", [
+    "+ torchrun --nnodes=2 --node_rank=1 --nproc_per_node=8 --master_addr=10.0.0.1 train.py\n",
+    "num_machines: 2\n",
+    "SLURM_JOB_NNODES=4\n",
+])
+def test_an_invalid_ordinal_in_a_launch_over_several_nodes_is_d3(launch):
+    assert run(launch + ORDINAL)[0] == ("D3", "match")
+
+
+@pytest.mark.parametrize("tail", [
+    # yolov7 train.py: the failing source line, as Python prints it under the frame
+    '  File "train.py", line 543, in <module>\n    assert torch.cuda.device_count() > opt.local_rank\nAssertionError\n',
+    # yolov5 train.py: the assertion's own message
+    '  File "train.py", line 520, in main\n    assert torch.cuda.device_count() > LOCAL_RANK, '
+    "'insufficient CUDA devices for DDP command'\nAssertionError: insufficient CUDA devices for DDP command\n",
+    # YOLOX tools/train.py
+    '  File "tools/train.py", line 123, in <module>\n    assert num_gpu <= get_num_devices()\nAssertionError\n',
+])
+def test_a_scripts_failed_check_of_the_device_count_against_its_ranks_is_d27(tail):
+    assert run("Traceback (most recent call last):\n" + tail)[0] == ("D27", "match")
+
+
+@pytest.mark.parametrize("tail", [
+    # the same comparison written in the source but not failing (no AssertionError): a pasted snippet
+    "    assert torch.cuda.device_count() > opt.local_rank\nRuntimeError: something else broke\n",
+    # an assertion about something other than ranks or processes
+    '  File "t.py", line 3, in <module>\n    assert torch.cuda.device_count() > 0\nAssertionError\n',
+])
+def test_other_assertions_and_unfailed_checks_are_not_d27(tail):
+    assert ("D27", "match") not in run("Traceback (most recent call last):\n" + tail)
