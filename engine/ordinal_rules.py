@@ -42,3 +42,33 @@ def one_node_ordinal_rule(text: str, file: str) -> list:
             f"picks; an invalid ordinal there means more processes than visible GPUs (D27)")
     return [Verdict("D3", "rule:ordinal-on-one-node", (here,), rule_out=True, note=note),
             Verdict("D27", "rule:ordinal-on-one-node", (here, why), score=0.7)]
+
+
+# accelerate's state as the script logs it (PartialState.__repr__): "Local process index: 3" then "Device: cuda:0"
+_ACC_STATE = _lazy(r"Local process index: (\d+)\s*\n\s*Device: cuda:(\d+)")
+_SHARED_GPU = _lazy(r"Duplicate GPU detected|ncclInvalidUsage|invalid usage")
+
+
+def accelerate_modulo_rule(text: str, file: str) -> list:
+    """D27 (and D3 ruled out) when accelerate put a local process on a GPU other than its index and NCCL then found
+    two ranks on one GPU. accelerate (0.2x-1.x, PartialState.set_device) picks `local_process_index % device_count()`:
+    a device index below the process index means fewer visible GPUs than local processes, so processes share a GPU;
+    the device came from the local index, not the global rank, so it is not D3. (A process shown alone on cuda:0 with
+    NCCL content is a per-task GPU binding, as under srun --gpus-per-task, and is left alone.)"""
+    if "Local process index" not in text or not _SHARED_GPU.search(text):
+        return []
+    lines = text.splitlines()
+    for m in _ACC_STATE.finditer(text):
+        index, device = int(m.group(1)), int(m.group(2))
+        if device == index:
+            continue
+        line_no = text.count("\n", 0, m.start()) + 1
+        shared = next((i for i, line in enumerate(lines) if _SHARED_GPU.search(line)), None)
+        here = Evidence(file, line_no + 1, lines[line_no], "rule:accelerate-shares-gpus")
+        why = Evidence(file, shared + 1, lines[shared], "because")
+        note = (f"line {line_no}: accelerate put local process {index} on cuda:{device}; it maps processes onto "
+                f"GPUs modulo the visible count, so this node runs more processes than it has GPUs (D27), not a "
+                f"device chosen by the global rank (D3)")
+        return [Verdict("D3", "rule:accelerate-shares-gpus", (here,), rule_out=True, note=note),
+                Verdict("D27", "rule:accelerate-shares-gpus", (here, why), score=0.9)]
+    return []

@@ -316,7 +316,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.init_wait import init_wait_rule
     from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule
     from gpudoctor.engine.ds_no_sync import no_sync_rule
-    from gpudoctor.engine.ordinal_rules import one_node_ordinal_rule
+    from gpudoctor.engine.ordinal_rules import accelerate_modulo_rule, one_node_ordinal_rule
     from gpudoctor.engine.shm_rules import shm_rules
     from gpudoctor.engine.slow_step import slow_step_rule
 
@@ -341,6 +341,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(auto_float_rule(whole, scan.name))
             verdicts.extend(init_wait_rule(whole, scan.name))
             verdicts.extend(one_node_ordinal_rule(whole, scan.name))
+            verdicts.extend(accelerate_modulo_rule(whole, scan.name))
             verdicts.extend(no_sync_rule(whole, scan.name))
             verdicts.extend(slow_step_rule(whole, scan.name))
         seen = 0

@@ -56,3 +56,31 @@ def test_a_scripts_failed_check_of_the_device_count_against_its_ranks_is_d27(tai
 ])
 def test_other_assertions_and_unfailed_checks_are_not_d27(tail):
     assert ("D27", "match") not in run("Traceback (most recent call last):\n" + tail)
+
+
+def _state(index: int, device: int, n: int = 4) -> str:
+    """accelerate's PartialState as a script logs it (state.py __repr__)."""
+    return (f"Distributed environment: MULTI_GPU  Backend: nccl\nNum processes: {n}\nProcess index: {index}\n"
+            f"Local process index: {index}\nDevice: cuda:{device}\n\nMixed precision type: no\n\n")
+
+
+DUPLICATE = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, "
+             "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3\n"
+             "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\n"
+             "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1000\n")
+
+
+def test_accelerate_mapping_local_processes_onto_fewer_gpus_is_d27_not_d3():
+    text = "".join(_state(i, i % 1) for i in range(4)) + DUPLICATE  # one visible GPU: every process on cuda:0
+    found = run(text)
+    assert found[0] == ("D27", "match") and ("D3", "match") not in found, found
+
+
+@pytest.mark.parametrize("text", [
+    "".join(_state(i, i) for i in range(4)) + DUPLICATE,  # each process on its own index: accelerate did not share
+    "".join(_state(i, 0) for i in range(4)) + "RuntimeError: CUDA out of memory.\n",  # per-task binding, no sharing
+])
+def test_no_accelerate_sharing_verdict_without_both_signs(text):
+    from gpudoctor.engine.ordinal_rules import accelerate_modulo_rule
+
+    assert accelerate_modulo_rule(text, "log") == []
