@@ -184,7 +184,8 @@ def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
                 out.write("    " + out.style(f"probe {res.probe}: {word}", style) + " " +
                           fit(sanitize(res.summary), max(20, w - 18 - len(res.probe) - len(word))))
         elif f.probes:
-            out.write("    " + out.style("confirm: " + "; ".join(f"gpudoctor probe {p}" for p in f.probes), "dim"))
+            for i, ln in enumerate(_wrap("confirm: gpudoctor probe " + " ".join(f.probes), w - 6)):
+                out.write(out.style(("    " if i == 0 else "      ") + ln, "dim"))
         out.write("    " + out.style(f"more: gpudoctor show {f.id}", "dim"))
 
 
@@ -200,7 +201,8 @@ def _text_ranks(diagnosis, out: Out, w: int) -> None:
             where = f"{_where(e, len(diagnosis.inputs) == 1)} {_body(e.text)}" if e else ""
             style = {"died": "fail", "behind": "yellow", "no-init": "yellow", "missing": "dim"}.get(r.status)
             status = out.style(f"{r.status:<9}", style) if style else f"{r.status:<9}"
-            out.write(f"  {r.rank:<5} {status} {seq:<9} {init:<4} {fit(where, max(10, w - 33))}")
+            used = len(f"  {r.rank:<5} {r.status:<9} {seq:<9} {init:<4} ")  # a long rank or count widens its column
+            out.write(f"  {r.rank:<5} {status} {seq:<9} {init:<4} {fit(where, max(10, w - used))}")
         if len(diagnosis.ranks) > 64:
             out.write(out.style(f"  ... {len(diagnosis.ranks) - 64} more ranks (--json lists all)", "dim"))
     if diagnosis.flight is not None and getattr(diagnosis.flight, "summary", None):
@@ -215,7 +217,7 @@ def _text_ranks(diagnosis, out: Out, w: int) -> None:
             for i, ln in enumerate(_wrap(sanitize(sentence), w - 4)):
                 out.write(("  - " if i == 0 else "    ") + ln)
     for note in diagnosis.notes:
-        for i, ln in enumerate(_wrap(f"note: {sanitize(note)}", w)):
+        for i, ln in enumerate(_wrap(f"note: {sanitize(note)}", w - 6)):
             out.write(out.style(ln if i == 0 else "      " + ln, "dim"))
 
 
