@@ -152,11 +152,7 @@ def test_the_member_a_cut_tar_breaks_in_keeps_every_byte_that_was_decompressed(c
     lines = [f"step {i} loss {rng.random():.5f} tok {rng.getrandbits(64):x}" for i in range(12_000)]
     lines.insert(100, "RuntimeError: CUDA error: invalid device ordinal")
     data = ("\n".join(lines) + "\n").encode()
-    whole = tmp_path / "whole.tgz"
-    with tarfile.open(whole, "w:gz") as tar:
-        info = tarfile.TarInfo("job/rank0.log")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    whole = _one_member_tgz(tmp_path / "whole.tgz", "job/rank0.log", data)
     cut = tmp_path / "cut.tgz"
     cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])  # inside the one member, under 1 MiB in
     r = cli_proc("diagnose", "--json", str(cut), env={"TMPDIR": str(tmp_path)})
@@ -169,6 +165,14 @@ def test_the_member_a_cut_tar_breaks_in_keeps_every_byte_that_was_decompressed(c
     assert doc["findings"] and doc["findings"][0]["id"] in ("D27", "D3")  # from line 101, kept
 
 
+def _one_member_tgz(path: Path, name: str, data: bytes) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path
+
+
 def _inflated_prefix(gz: bytes) -> bytes:
     import zlib
 
@@ -179,11 +183,7 @@ def _inflated_prefix(gz: bytes) -> bytes:
 @pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
 def test_control_characters_in_file_and_member_names_never_reach_the_terminal(cli_proc, tmp_path, fmt):
     data = b"RuntimeError: CUDA error: invalid device ordinal\n"
-    archive = tmp_path / "job.tgz"
-    with tarfile.open(archive, "w:gz") as tar:
-        info = tarfile.TarInfo("job/\x1b[31mrank0\x07.log")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    archive = _one_member_tgz(tmp_path / "job.tgz", "job/\x1b[31mrank0\x07.log", data)
     odd = tmp_path / "rank1\x1b]0;title\x07.log"
     odd.write_bytes(data)
     for given in (archive, odd):
