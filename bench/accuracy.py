@@ -223,7 +223,8 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
                              f"possible {maybe}")
     if lines:
         lines.append("")
-    head = f"{'':<36}" + "".join(f"{n:>12}" for n in names)
+    width = {n: max(12, len(n) + 2) for n in names}  # "sealed-1127h" and its neighbour never run together
+    head = f"{'':<36}" + "".join(f"{n:>{width[n]}}" for n in names)
     lines.append(head)
     rows = [
         ("logs (positives / negatives)", lambda s: f"{s['positives']}/{s['negatives']}"),
@@ -241,7 +242,7 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
         ("95% interval, negatives", lambda s: _span(s["intervals"]["negatives_clean"])),
     ]
     for label, fn in rows:
-        lines.append(f"{label:<36}" + "".join(f"{fn(sets[n]):>12}" for n in names))
+        lines.append(f"{label:<36}" + "".join(f"{fn(sets[n]):>{width[n]}}" for n in names))
     for name in names:
         lines.append("")
         lines.append(f"by framework ({name})       logs   top-1   top-3   neg ok   baseline top-1")
