@@ -73,3 +73,44 @@ def init_wait_rule(text: str, file: str) -> list:
 
     found = waiting_at_init(text, file)
     return [Verdict("D2", "hint:waiting-at-init", found, score=SCORE, tier="possible")] if found else []
+
+
+BLOCK_SLACK = 10  # other lines allowed among one start-up's announcements (warnings, banners)
+DUPLICATE_SCORE = 0.85
+
+
+def duplicate_rank_rule(text: str, file: str) -> list:
+    """D2 when one start-up announced the same global ranks several times and the rest never: every node began as
+    node 0 (no node rank or task count reached it), so each rank number was taken by one process per node and the
+    higher ones by none; the group can never form. A restart announces every rank again, so a log in which all
+    members announced themselves, or whose repeats are far apart, is left alone."""
+    if "GLOBAL_RANK: " not in text:
+        return []
+    from gpudoctor.engine.textfind import lines_with
+
+    seen: dict[int, list[tuple[int, int]]] = {}  # world size -> [(line number, rank)]
+    for n, line in lines_with(text, "GLOBAL_RANK: "):
+        m = _BEGUN.search(line)
+        if m and m.group("rank") is not None and int(m.group("world")) >= 2:
+            seen.setdefault(int(m.group("world")), []).append((n, int(m.group("rank"))))
+    for world, found in seen.items():
+        counts: dict[int, int] = {}
+        for _, rank in found:
+            counts[rank] = counts.get(rank, 0) + 1
+        times = set(counts.values())
+        span = found[-1][0] - found[0][0] + 1
+        if len(times) != 1 or min(times) < 2 or len(counts) >= world or span > len(found) + BLOCK_SLACK:
+            continue
+        (m,) = times
+        first = next(n for n, _ in found)
+        shown = ", ".join(map(str, sorted(counts)[:8])) + (", ..." if len(counts) > 8 else "")
+        line = next(t for n, t in lines_with(text, "GLOBAL_RANK: ") if n == first)
+        note = (f"line {first}: global ranks {shown} of {world} were each announced {m} times and the others "
+                f"never: {m} nodes each started as node 0 (the node rank or the tasks per node never reached "
+                f"them), so the group could not form")
+        from gpudoctor.engine.rules import Verdict
+
+        return [Verdict("D2", "rule:ranks-announced-twice", (Evidence(file, first, line.strip(),
+                                                                      "rule:ranks-announced-twice"),),
+                        score=DUPLICATE_SCORE, note=note)]
+    return []

@@ -313,7 +313,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     """Every rule's verdict. texts: the whole text of small inputs; for others, the scanner's windows
     (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
     from gpudoctor.engine.ds_auto import auto_float_rule
-    from gpudoctor.engine.init_wait import init_wait_rule
+    from gpudoctor.engine.init_wait import duplicate_rank_rule, init_wait_rule
     from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule
     from gpudoctor.engine.ds_no_sync import no_sync_rule
     from gpudoctor.engine.ordinal_rules import accelerate_modulo_rule, one_node_ordinal_rule
@@ -340,6 +340,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(sharded_load_rule(whole, scan.name))
             verdicts.extend(auto_float_rule(whole, scan.name))
             verdicts.extend(init_wait_rule(whole, scan.name))
+            verdicts.extend(duplicate_rank_rule(whole, scan.name))
             verdicts.extend(one_node_ordinal_rule(whole, scan.name))
             verdicts.extend(accelerate_modulo_rule(whole, scan.name))
             verdicts.extend(no_sync_rule(whole, scan.name))

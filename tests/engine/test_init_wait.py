@@ -68,3 +68,33 @@ def test_cli_exit_1_and_the_hint_first(tmp_path, cli_proc):
     out = cli_proc("diagnose", str(log), env={"NO_COLOR": "1", "COLUMNS": "80"})
     assert out.code == 1, out.err
     assert " 1. D2 " in out.out and "possible" in out.out
+
+
+def _announce(ranks, world, form="Initializing distributed"):
+    return "".join(f"{form}: GLOBAL_RANK: {r}, MEMBER: {r + 1}/{world}\n" for r in ranks)
+
+
+@pytest.mark.parametrize("text", [
+    _announce([0, 1, 2, 3, 0, 1, 2, 3], 8),  # Lightning 1.6-2.x, two nodes each as node 0
+    _announce([1, 1, 0, 0], 4, "initializing ddp"),  # Lightning 1.x, interleaved
+    "GPU available: True (cuda), used: True\n" + _announce([0, 1], 4) + "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1]\n"
+    + _announce([0, 1], 4),
+])
+def test_ranks_announced_twice_and_the_rest_never_is_d2(text):
+    from gpudoctor.engine.init_wait import duplicate_rank_rule
+
+    (v,) = duplicate_rank_rule(text, "log")
+    assert (v.entry, v.tier) == ("D2", "match") and "each started as node 0" in v.note
+    assert run(text).findings[0].id == "D2" and run(text).findings[0].tier == "match"
+
+
+@pytest.mark.parametrize("text", [
+    _announce(range(8), 8) + "Epoch 0: 10%\nRestarting\n" + _announce(range(8), 8),  # a restart, all members
+    _announce([0, 1], 4) + "".join(f"step {i} loss 0.1\n" for i in range(40)) + _announce([0, 1], 4),  # far apart
+    _announce([0, 1, 0], 4),  # uneven repeats: not one block per node
+    _announce([0, 1], 4),  # announced once: the waiting hint's case, not this one
+])
+def test_no_d2_from_repeats_a_restart_or_a_cut_log_explains(text):
+    from gpudoctor.engine.init_wait import duplicate_rank_rule
+
+    assert duplicate_rank_rule(text, "log") == []
