@@ -235,6 +235,7 @@ async def test_guesses_alone_say_what_would_confirm_them_and_a_script_given_sile
                          what="the diagnosis")
         said = str(app.screen.query_one("#verdict").render())
         assert "Only guesses" in said and "--script" in said and "D27" in said, said
+        assert str(app.screen.query_one("#status").render()).startswith("no match, 3 guesses")
     script = Path(__file__).resolve().parents[1] / "data" / "lint" / "correct" / "spawn_tutorial_local_rank.py"
     app = make(logs=[str(log)], script=str(script))
     async with app.run_test(size=(100, 30)) as pilot:

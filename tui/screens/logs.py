@@ -160,7 +160,10 @@ class LogScreen(Screen):
         self.query_one("#progress").display = False
         n = len(diag.findings)
         size = sum(i.bytes for i in diag.inputs)
-        status = (f"{n} finding{'s' if n != 1 else ''} · {len(diag.inputs)} input(s), {size / 2**20:,.1f} MiB"
+        matched = sum(f.tier == "match" for f in diag.findings)
+        what = (f"{n} finding{'s' if n != 1 else ''}" if matched else
+                f"no match, {n} guess{'es' if n != 1 else ''}")
+        status = (f"{what} · {len(diag.inputs)} input(s), {size / 2**20:,.1f} MiB"
                   if n else "nothing in the catalogue explains this log")
         if from_content_only(diag.findings):
             status = f"no failure line: {n} guess{'es' if n != 1 else ''} from the log's content · {size / 2**20:,.1f} MiB"
