@@ -45,6 +45,7 @@ def run(text: str):
     bar("1:00:40") + "\n" + WATCHDOG.format(ms=3600000, ran=3600091),  # a stated hour
     bar("10:02") + "\n" + WATCHDOG.format(ms=600000, ran=600012),
     bar("09:40") + "\nRuntimeError: Socket Timeout\n",  # NCCL's ten-minute default, nothing stated
+    "  ddp_timeout=1800,\n  broadcast_buffers=True,\n" + bar("29:55") + BARRIER,  # wait words before any bar
 ])
 def test_a_bar_as_long_as_the_timeout_before_the_wait_ends_names_mn3(text):
     verdicts = slow_step_rule(text, "log")
