@@ -56,17 +56,20 @@ def _stated(text: str) -> list[int]:
 def slow_step_rule(text: str, file: str) -> list[Verdict]:
     """MN3 when the last progress bar before the waiting ranks' failure was still running, as long as the timeout.
 
-    Read from the signs of a wait back to the bar before each (a window of LOOKBACK characters), not bar by bar: a
-    kept log of 4 MiB can be nothing but bars."""
+    The bars are found in one pass and each sign of a wait looks up the one before it: a kept log of 4 MiB can be
+    nothing but bars, or thousands of collective names."""
     if "%|" not in text:  # tqdm's default bar opens "NN%|": no bar, no regex compiled
         return []
+    from bisect import bisect_left
+
+    bars = list(_BAR.finditer(text))  # one pass; each wait then finds the bar before it by bisection
+    starts = [b.start() for b in bars]
     limits = None
     for wait in _waits(text):
-        start = max(0, wait.start() - LOOKBACK)
-        bars = list(_BAR.finditer(text, start, wait.start()))
-        if not bars:
-            continue  # a wait with no bar before it (a config echo, an earlier phase): the next one may have one
-        bar = bars[-1]
+        k = bisect_left(starts, wait.start()) - 1
+        if k < 0 or bars[k].end() > wait.start() or wait.start() - bars[k].start() > LOOKBACK:
+            continue  # a wait with no bar just before it (a config echo, an earlier phase): the next one may have one
+        bar = bars[k]
         if not _unfinished(bar):
             return []  # the step had finished before the wait ended
         end = wait.end()
