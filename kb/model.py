@@ -101,7 +101,7 @@ FIX_TRANSFORMS = {
     "patch": ("device-from-local-rank", "find-unused-parameters", "join-uneven-inputs", "sync-batchnorm",
               "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
               "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",
-              "low-cpu-mem-usage"),
+              "low-cpu-mem-usage", "trainer-ddp-timeout"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.
@@ -115,7 +115,7 @@ FIX_FACTS = {
     "master_addr": "address of the rendezvous (head) node",
     "rdzv_port": "port of the c10d rendezvous on the head node",
     "job_id": "rendezvous id shared by every node",
-    "timeout_minutes": "collective timeout for init_process_group",
+    "timeout_minutes": "collective timeout for init_process_group or the HF Trainer's ddp_timeout",
     "checkpoint": "path of the checkpoint to resume from",
     "ds_config": "DeepSpeed JSON config to pass to the launcher",
 }

@@ -15,6 +15,16 @@ _WORLD = [re.compile(r"\bworld[_ ]size[=: ]+(\d+)", re.I), re.compile(r"\bnranks
           re.compile(r"\bdist_world_size=(\d+)")]
 _ADDR = re.compile(r"(?:MASTER_ADDR=|--master[-_]addr[= ]|--rdzv[-_]endpoint[= ])([\w.-]+)")
 _NNODES = re.compile(r"--nnodes[= ](\d+)")
+# the rule's own account of a step as long as the timeout (engine/slow_step.py): "... still running after 29:55
+# (383700/433643 [29:55<03:25), ..."
+_SLOW_BAR = re.compile(r"a progress bar still running after .*\[((?:\d+:)?\d{1,2}:\d\d)<((?:\d+:)?\d{1,2}:\d\d)")
+
+
+def _clock_seconds(clock: str) -> int:
+    seconds = 0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + int(part)
+    return seconds
 
 
 def _heads(paths) -> list[str]:
@@ -44,6 +54,10 @@ def facts_from_text(texts, evidence=()) -> dict:
         m = _PORT_STRICT.search(line)
         if m and 0 < int(m.group(1)) < 65536:
             facts.setdefault("port", int(m.group(1)))
+        m = _SLOW_BAR.search(line)
+        if m:  # MN3's slow step: a timeout half as long again as the whole step (elapsed + remaining), in half hours
+            step = _clock_seconds(m.group(1)) + _clock_seconds(m.group(2))
+            facts.setdefault("timeout_minutes", max(60, -(-step * 3 // 2 // 1800) * 30))
     for text in texts:
         for line in text.splitlines():
             if "cmd" not in facts:

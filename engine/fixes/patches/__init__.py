@@ -10,6 +10,7 @@ PATCHES = {
     "non-reentrant-checkpoint": "ddp:non_reentrant_checkpoint",
     "sync-batchnorm": "ddp:sync_batchnorm",
     "init-timeout": "ddp:init_timeout",
+    "trainer-ddp-timeout": "ddp:trainer_ddp_timeout",
     "dataparallel-to-ddp": "ddp:dataparallel_to_ddp",
     "join-uneven-inputs": "loops:join_uneven_inputs",
     "sampler-set-epoch": "loops:sampler_set_epoch",

@@ -1,6 +1,8 @@
 """DDP construction patches: D8 find_unused_parameters, D10 SyncBatchNorm, MN3 init timeout, P1 DataParallel -> DDP."""
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from gpudoctor.engine.fixes import cst as h
@@ -128,6 +130,41 @@ def init_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
         module = h.add_import(module, "from datetime import timedelta", "timedelta")
     return module.code, [f"a collective now fails after {minutes} minutes instead of the backend's default "
                          "(give --param timeout_minutes=N to choose); keep TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]
+
+
+# the HF Trainer's argument classes and trl's configs built on them: each takes ddp_timeout (seconds), which the
+# Trainer passes to init_process_group; the default, 1800, is what a long main_process_first step runs into
+_TRAINER_ARGS = re.compile(r"^(?:\w*TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|ORPOConfig|KTOConfig|CPOConfig|"
+                           r"RewardConfig|PPOConfig|RLOOConfig|OnlineDPOConfig)$")
+
+
+def trainer_ddp_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    """MN3 under the HF Trainer: ddp_timeout on its arguments, raised to the given minutes (a literal below them is
+    raised; a larger one, or one the script computes, is left alone)."""
+    module = h.parse(text, path)
+    seconds = int(facts.get("timeout_minutes") or 120) * 60
+    changed, kept = [], []
+
+    def fix(call):
+        if not _TRAINER_ARGS.match(h.last(h.call_name(call))):
+            return None
+        arg = h.kwarg(call, "ddp_timeout")
+        if arg is None:
+            changed.append(call)
+            return h.add_kwarg(call, "ddp_timeout", cst.Integer(str(seconds)))
+        if isinstance(arg.value, cst.Integer) and int(arg.value.value) < seconds:
+            changed.append(call)
+            return call.with_changes(args=[a.with_changes(value=cst.Integer(str(seconds))) if a is arg else a
+                                           for a in call.args])
+        kept.append(h.code(arg.value))
+        return None
+
+    module = h.replace_calls(module, fix)
+    if not changed:
+        why = f"already sets ddp_timeout={kept[0]}" if kept else "no TrainingArguments(...) or trl config call"
+        raise NotApplicable(f"{path}: {why} (arguments parsed from the command line take --ddp_timeout {seconds})")
+    return module.code, [f"ranks now wait {seconds // 60} minutes in a collective before giving up (give --param "
+                         "timeout_minutes=N to choose); better still, preprocess the dataset before the run"]
 
 
 def dataparallel_to_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
