@@ -88,23 +88,22 @@ def duplicate_rank_rule(text: str, file: str) -> list:
         return []
     from gpudoctor.engine.textfind import lines_with
 
-    seen: dict[int, list[tuple[int, int]]] = {}  # world size -> [(line number, rank)]
+    seen: dict[int, list[tuple[int, int, str]]] = {}  # world size -> [(line number, rank, line)]
     for n, line in lines_with(text, "GLOBAL_RANK: "):
         m = _BEGUN.search(line)
         if m and m.group("rank") is not None and int(m.group("world")) >= 2:
-            seen.setdefault(int(m.group("world")), []).append((n, int(m.group("rank"))))
+            seen.setdefault(int(m.group("world")), []).append((n, int(m.group("rank")), line))
     for world, found in seen.items():
         counts: dict[int, int] = {}
-        for _, rank in found:
+        for _, rank, _line in found:
             counts[rank] = counts.get(rank, 0) + 1
         times = set(counts.values())
         span = found[-1][0] - found[0][0] + 1
         if len(times) != 1 or min(times) < 2 or len(counts) >= world or span > len(found) + BLOCK_SLACK:
             continue
         (m,) = times
-        first = next(n for n, _ in found)
+        first, _, line = found[0]
         shown = ", ".join(map(str, sorted(counts)[:8])) + (", ..." if len(counts) > 8 else "")
-        line = next(t for n, t in lines_with(text, "GLOBAL_RANK: ") if n == first)
         note = (f"line {first}: global ranks {shown} of {world} were each announced {m} times and the others "
                 f"never: {m} nodes each started as node 0 (the node rank or the tasks per node never reached "
                 f"them), so the group could not form")

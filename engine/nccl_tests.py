@@ -24,20 +24,15 @@ _NVSWITCH = _lazy(r"SXM|HGX|DGX|H100 80GB HBM3|\bH800\b|\bH200\b|\bB200\b|\bGB20
 SCORE = 0.75
 
 
-def _line(text: str, offset: int) -> str:
-    end = text.find("\n", offset)
-    return text[text.rfind("\n", 0, offset) + 1:end if end >= 0 else len(text)]
-
-
 def stopped_tests_rule(text: str, file: str) -> list:
     """D25 (MN1 on NVSwitch boards, as a possible cause) for nccl-tests output from one host with no result row."""
     if "# Using devices" not in text:
         return []
     from gpudoctor.engine.rules import Verdict
-    from gpudoctor.engine.textfind import lines_with
+    from gpudoctor.engine.textfind import line_text, lines_with
 
     devices = [(n, line) for n, line in lines_with(text, " Pid ") if _DEVICE.search(line)]
-    if len(devices) < 2 or any(not _BENIGN.search(_line(text, m.start())) for m in _FAILED.finditer(text)):
+    if len(devices) < 2 or any(not _BENIGN.search(line_text(text, m.start())) for m in _FAILED.finditer(text)):
         return []
     hosts = {_DEVICE.search(line).group(1) for _, line in devices}
     if len(hosts) != 1 or any(_ROW.search(line) for line in text.splitlines()):

@@ -53,19 +53,20 @@ def accelerate_modulo_rule(text: str, file: str) -> list:
     """D27 (and D3 ruled out) when accelerate put a local process on a GPU other than its index and NCCL then found
     two ranks on one GPU. accelerate (0.2x-1.x, PartialState.set_device) picks `local_process_index % device_count()`:
     a device index below the process index means fewer visible GPUs than local processes, so processes share a GPU;
-    the device came from the local index, not the global rank, so it is not D3. (A process shown alone on cuda:0 with
-    NCCL content is a per-task GPU binding, as under srun --gpus-per-task, and is left alone.)"""
-    if "Local process index" not in text or not _SHARED_GPU.search(text):
+    the device came from the local index, not the global rank, so it is not D3. (Every process on cuda:0 without NCCL's
+    refusal is a per-task GPU binding, as under srun --gpus-per-task, and is left alone.)"""
+    shared = _SHARED_GPU.search(text) if "Local process index" in text else None
+    if shared is None:
         return []
-    lines = text.splitlines()
+    from gpudoctor.engine.textfind import line_at
+
     for m in _ACC_STATE.finditer(text):
         index, device = int(m.group(1)), int(m.group(2))
         if device == index:
             continue
-        line_no = text.count("\n", 0, m.start()) + 1
-        shared = next((i for i, line in enumerate(lines) if _SHARED_GPU.search(line)), None)
-        here = Evidence(file, line_no + 1, lines[line_no], "rule:accelerate-shares-gpus")
-        why = Evidence(file, shared + 1, lines[shared], "because")
+        line_no, line = line_at(text, m.end())  # the "Device: cuda:N" line
+        here = Evidence(file, line_no, line, "rule:accelerate-shares-gpus")
+        why = Evidence(file, *line_at(text, shared.start()), "because")
         note = (f"line {line_no}: accelerate put local process {index} on cuda:{device}; it maps processes onto "
                 f"GPUs modulo the visible count, so this node runs more processes than it has GPUs (D27), not a "
                 f"device chosen by the global rank (D3)")

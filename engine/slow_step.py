@@ -62,9 +62,10 @@ def slow_step_rule(text: str, file: str) -> list[Verdict]:
         return []
     from bisect import bisect_left
 
+    from gpudoctor.engine.textfind import line_at
+
     bars = list(_BAR.finditer(text))  # one pass; each wait then finds the bar before it by bisection
     starts = [b.start() for b in bars]
-    limits = None
     for wait in _waits(text):
         k = bisect_left(starts, wait.start()) - 1
         if k < 0 or bars[k].end() > wait.start() or wait.start() - bars[k].start() > LOOKBACK:
@@ -80,14 +81,12 @@ def slow_step_rule(text: str, file: str) -> list[Verdict]:
                 break
         if _OWN_ERROR.search(text, text.rfind("\n", 0, wait.start()) + 1, end):
             return []  # the rank's own error follows the bar: the error is the cause, the bar's length a coincidence
-        limits = limits or _stated(text) or list(DEFAULTS)
         elapsed = _seconds(bar)
-        limit = next((t for t in limits if t * (1 - EARLY) <= elapsed <= t * (1 + LATE)), None)
+        limit = next((t for t in _stated(text) or DEFAULTS if t * (1 - EARLY) <= elapsed <= t * (1 + LATE)), None)
         if limit is None:
             return []
-        bar_line, wait_line = text.count("\n", 0, bar.start()) + 1, text.count("\n", 0, wait.start()) + 1
-        line_end = text.find("\n", wait.start())
-        wait_text = text[text.rfind("\n", 0, wait.start()) + 1:line_end if line_end >= 0 else len(text)]
+        bar_line = text.count("\n", 0, bar.start()) + 1
+        wait_line, wait_text = line_at(text, wait.start())
         shown = bar.group(0).lstrip("| ").strip()
         why = Evidence(file, bar_line, f"a progress bar still running after {_clock(elapsed)} ({shown}), "
                                        f"as long as the {_clock(limit)} timeout", "because")

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 def line_at(text: str, offset: int) -> tuple[int, str]:
     """(line number, the line without its line ending) of the line that holds offset."""
+    return text.count("\n", 0, offset) + 1, line_text(text, offset)
+
+
+def line_text(text: str, offset: int) -> str:
+    """The line that holds offset, without its line ending (no count of the lines before: cheap to call often)."""
     start = text.rfind("\n", 0, offset) + 1
     end = text.find("\n", offset)
-    end = len(text) if end < 0 else end
-    return text.count("\n", 0, start) + 1, text[start:end].rstrip("\r")
+    return text[start:len(text) if end < 0 else end].rstrip("\r")
 
 
 def lines_with(text: str, word: str, keep=None):  # (no typing import: start-up stays lean)
