@@ -102,7 +102,7 @@ FIX_TRANSFORMS = {
               "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
               "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",
               "low-cpu-mem-usage", "trainer-ddp-timeout"),
-    "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu"),
+    "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.
 FIX_FACTS = {
@@ -118,6 +118,8 @@ FIX_FACTS = {
     "timeout_minutes": "collective timeout for init_process_group or the HF Trainer's ddp_timeout",
     "checkpoint": "path of the checkpoint to resume from",
     "ds_config": "DeepSpeed JSON config to pass to the launcher",
+    "zero_stage": "the ZeRO stage to raise a DeepSpeed config to",
+    "offload": "where ZeRO stage 3 offloads optimizer states and weights (none or cpu)",
 }
 
 

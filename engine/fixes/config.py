@@ -172,8 +172,15 @@ def accelerate_multi_gpu(text: str, path: str, facts: dict) -> tuple[str, list[s
     return out, notes
 
 
+def ds_zero_stage(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    from gpudoctor.engine.fixes.ds_zero import ds_zero_stage as step  # it builds on this module's helpers
+
+    return step(text, path, facts)
+
+
 CONFIG_EDITS = {
     "ds-auto": ds_auto,
     "ds-drop-global-batch": ds_drop_global_batch,
     "accelerate-multi-gpu": accelerate_multi_gpu,
+    "ds-zero-stage": ds_zero_stage,
 }
