@@ -11,6 +11,7 @@ PATCHES = {
     "sync-batchnorm": "ddp:sync_batchnorm",
     "init-timeout": "ddp:init_timeout",
     "trainer-ddp-timeout": "ddp:trainer_ddp_timeout",
+    "move-before-ddp": "ddp:move_before_ddp",
     "dataparallel-to-ddp": "ddp:dataparallel_to_ddp",
     "join-uneven-inputs": "loops:join_uneven_inputs",
     "sampler-set-epoch": "loops:sampler_set_epoch",

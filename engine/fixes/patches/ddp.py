@@ -1,4 +1,5 @@
-"""DDP construction patches: D8 find_unused_parameters, D10 SyncBatchNorm, MN3 init timeout, P1 DataParallel -> DDP."""
+"""DDP construction patches: D8 find_unused_parameters, D10 SyncBatchNorm, MN3 init and Trainer timeouts, P1
+DataParallel -> DDP, P2 the move to the device before the wrap."""
 from __future__ import annotations
 
 import re
@@ -298,3 +299,83 @@ def non_reentrant_checkpoint(text: str, path: str, facts: dict) -> tuple[str, li
     return module.code, ["non-reentrant checkpointing runs each parameter's gradient hook once per step, so DDP "
                          "(with or without find_unused_parameters) marks it ready once; it needs torch 1.11+ "
                          "(transformers 4.35+ for gradient_checkpointing_kwargs)"]
+
+
+_MOVES = ("to", "cuda")
+
+
+def _move_of(node, names: set[str]) -> cst.Call | None:
+    """`x.to(...)` / `x.cuda(...)` on one of names, as a call node; None for anything else."""
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in _MOVES \
+            and isinstance(node.func.value, cst.Name) and node.func.value.value in names:
+        return node
+    return None
+
+
+def _moving_statement(s, names: set[str]) -> cst.Call | None:
+    """The move a statement consists of: `model.to(d)`, `model.cuda()`, `model = model.to(d)` (same name)."""
+    if not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1:
+        return None
+    small = s.body[0]
+    if isinstance(small, cst.Expr):
+        return _move_of(small.value, names)
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        move = _move_of(small.value, names)
+        return move if move is not None and small.targets[0].target.value == move.func.value.value else None
+    return None
+
+
+def move_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    """P2: the model moved to its device before DistributedDataParallel wraps it. `DDP(model, ...)` followed in the
+    same block by `model.to(d)` / `model.cuda()` (or the wrapped name moved) becomes `DDP(model.to(d), ...)` and the
+    later move goes; `DDP(model, ...).to(d)` becomes `DDP(model.to(d), ...)`."""
+    module = h.parse(text, path)
+    done: list[str] = []
+
+    def inward(call):  # DDP(model, ...).to(d) -> DDP(model.to(d), ...)
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value in _MOVES and \
+                isinstance(call.func.value, cst.Call) and _is_ddp(call.func.value) and call.func.value.args and \
+                isinstance(call.func.value.args[0].value, cst.Name):
+            ddp = call.func.value
+            moved = call.with_changes(func=call.func.with_changes(value=ddp.args[0].value))
+            done.append(h.code(moved))
+            return ddp.with_changes(args=[ddp.args[0].with_changes(value=moved), *ddp.args[1:]])
+        return None
+
+    def rewrite(stmts, block):
+        out = list(stmts)
+        for i, s in enumerate(out):
+            if not isinstance(s, cst.SimpleStatementLine):
+                continue
+            ddps = [c for c in h.calls(s) if _is_ddp(c) and c.args and isinstance(c.args[0].value, cst.Name)]
+            if len(ddps) != 1:
+                continue
+            model = ddps[0].args[0].value.value
+            small = s.body[0]
+            wrapped = small.targets[0].target.value if isinstance(small, cst.Assign) and \
+                isinstance(small.targets[0].target, cst.Name) else None
+            later = next(((j, m) for j in range(i + 1, len(out))
+                          if (m := _moving_statement(out[j], {model, wrapped} - {None})) is not None), None)
+            if later is None:
+                continue
+            j, move = later
+            moved = move.with_changes(func=move.func.with_changes(value=cst.Name(model)))
+            done.append(h.code(moved))
+            def wrap_moved(c, model=model, moved=moved):
+                if _is_ddp(c) and c.args and isinstance(c.args[0].value, cst.Name) and c.args[0].value.value == model:
+                    return c.with_changes(args=[c.args[0].with_changes(value=moved), *c.args[1:]])
+                return None
+
+            out[i] = h.replace_calls(s, wrap_moved)
+            gone = out.pop(j)
+            if j < len(out) and gone.leading_lines:
+                out[j] = out[j].with_changes(leading_lines=[*gone.leading_lines, *out[j].leading_lines])
+            break
+        return out
+
+    module = h.replace_calls(module, inward)
+    module = h.rewrite_bodies(module, rewrite)
+    if not done:
+        raise NotApplicable(f"{path}: no DistributedDataParallel(model) whose model is moved to its device after")
+    return module.code, [f"the model now reaches its device before DDP wraps it ({', '.join(done)}): DDP builds its "
+                         "buckets and broadcasts from where the parameters are when it is constructed"]
