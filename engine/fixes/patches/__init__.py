@@ -12,6 +12,7 @@ PATCHES = {
     "init-timeout": "ddp:init_timeout",
     "trainer-ddp-timeout": "ddp:trainer_ddp_timeout",
     "move-before-ddp": "ddp:move_before_ddp",
+    "distributed-sampler": "data:distributed_sampler",
     "dataparallel-to-ddp": "ddp:dataparallel_to_ddp",
     "join-uneven-inputs": "loops:join_uneven_inputs",
     "sampler-set-epoch": "loops:sampler_set_epoch",
