@@ -126,7 +126,7 @@ def render_text(diagnosis, out: Out, catalog=None, witnessed: bool = False) -> N
             out.write("These are guesses from the failure lines and their context: no signature fired.")
             out.write("Read the entries (gpudoctor show ID) and check them against the log.")
         if catalog is not None and not witnessed:
-            _text_confirm(diagnosis, out, possible, catalog, w)
+            _text_confirm(out, possible, catalog, w)
 
 
 _HOW = {"script": ("--script train.py", "the training script"),
@@ -134,7 +134,7 @@ _HOW = {"script": ("--script train.py", "the training script"),
         "probe": ("--probe", "probes on this machine")}
 
 
-def _text_confirm(diagnosis, out: Out, possible, catalog, w: int) -> None:
+def _text_confirm(out: Out, possible, catalog, w: int) -> None:
     """How to turn a guess into a confirmed cause: the second witnesses that speak for these entries."""
     from gpudoctor.engine.corroborate import confirmable
 

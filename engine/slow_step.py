@@ -37,6 +37,14 @@ WINDOW = 80  # lines after the wait's first sign read for the rank's own error
 LOOKBACK = 64 << 10  # characters before a wait searched for the bar (tqdm's \r redraws make long lines)
 
 
+def clock_seconds(clock: str) -> int:
+    """tqdm's MM:SS or H:MM:SS as seconds."""
+    seconds = 0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + int(part)
+    return seconds
+
+
 def _seconds(m: re.Match) -> int:
     return int(m.group(3) or 0) * 3600 + int(m.group(4)) * 60 + int(m.group(5))
 

@@ -10,6 +10,14 @@ from gpudoctor.engine.fixes.errors import FixError, NotApplicable
 DS_AUTO_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping")
 
 
+def string_end(text: str, i: int) -> int:
+    """The index after the JSON string that opens at text[i] (its escapes skipped)."""
+    j, n = i + 1, len(text)
+    while j < n and text[j] != '"':
+        j += 2 if text[j] == "\\" else 1
+    return min(j + 1, n)
+
+
 def _top_level_values(text: str) -> dict[str, tuple[int, int, int, int]]:
     """Top-level key -> (line start, value start, value end, line end) of its scalar value."""
     spans: dict[str, tuple[int, int, int, int]] = {}
@@ -18,9 +26,7 @@ def _top_level_values(text: str) -> dict[str, tuple[int, int, int, int]]:
     while i < n:
         ch = text[i]
         if ch == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
+            j = string_end(text, i) - 1
             token = text[i: j + 1]
             after = text[j + 1:].lstrip()
             if depth == 1 and after.startswith(":"):

@@ -10,19 +10,11 @@ from __future__ import annotations
 import json
 import re
 
-from gpudoctor.engine.fixes.config import _add_key, _checked_json, _load_json, _top_level_values
+from gpudoctor.engine.fixes.config import _add_key, _checked_json, _load_json, _top_level_values, string_end
 from gpudoctor.engine.fixes.errors import NotApplicable
 
 OFFLOAD = {"offload_optimizer": '{"device": "cpu", "pin_memory": true}',
            "offload_param": '{"device": "cpu", "pin_memory": true}'}
-
-
-def _string_end(text: str, i: int) -> int:
-    """The index after the JSON string that opens at text[i]."""
-    j = i + 1
-    while text[j] != '"':
-        j += 2 if text[j] == "\\" else 1
-    return j + 1
 
 
 def _object_of(text: str, key: str) -> tuple[int, int] | None:
@@ -31,7 +23,7 @@ def _object_of(text: str, key: str) -> tuple[int, int] | None:
     while i < n:
         ch = text[i]
         if ch == '"':
-            j = _string_end(text, i)
+            j = string_end(text, i)
             if depth == 1 and json.loads(text[i:j]) == key:
                 k = j
                 while text[k] in " \t\r\n:":
@@ -51,7 +43,7 @@ def _closing(text: str, start: int) -> int:
     while True:
         ch = text[i]
         if ch == '"':
-            i = _string_end(text, i)
+            i = string_end(text, i)
             continue
         depth += ch in "{["
         depth -= ch in "}]"

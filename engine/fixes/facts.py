@@ -20,13 +20,6 @@ _NNODES = re.compile(r"--nnodes[= ](\d+)")
 _SLOW_BAR = re.compile(r"a progress bar still running after .*\[((?:\d+:)?\d{1,2}:\d\d)<((?:\d+:)?\d{1,2}:\d\d)")
 
 
-def _clock_seconds(clock: str) -> int:
-    seconds = 0
-    for part in clock.split(":"):
-        seconds = seconds * 60 + int(part)
-    return seconds
-
-
 def _heads(paths) -> list[str]:
     files: list[str] = []
     for path in paths or ():
@@ -56,7 +49,9 @@ def facts_from_text(texts, evidence=()) -> dict:
             facts.setdefault("port", int(m.group(1)))
         m = _SLOW_BAR.search(line)
         if m:  # MN3's slow step: a timeout half as long again as the whole step (elapsed + remaining), in half hours
-            step = _clock_seconds(m.group(1)) + _clock_seconds(m.group(2))
+            from gpudoctor.engine.slow_step import clock_seconds
+
+            step = clock_seconds(m.group(1)) + clock_seconds(m.group(2))
             facts.setdefault("timeout_minutes", max(60, -(-step * 3 // 2 // 1800) * 30))
     for text in texts:
         for line in text.splitlines():

@@ -201,8 +201,9 @@ class LogScreen(Screen):
             parts.append(f"--script train.py checks the script ({', '.join(ways['script'])})")
         if "command" in ways:
             parts.append(f"--cmd checks the launch command ({', '.join(ways['command'])})")
-        return ("\n" if diag.verdict or diag.notes else "") + "Only guesses. To confirm one: " + "; ".join(parts) \
-            if parts else ""
+        if not parts:
+            return ""
+        return ("\n" if diag.verdict or diag.notes else "") + "Only guesses. To confirm one: " + "; ".join(parts)
 
     def on_work_failed(self, message: WorkFailed) -> None:
         self.first_lines.set()
