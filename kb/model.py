@@ -101,7 +101,8 @@ FIX_TRANSFORMS = {
     "patch": ("device-from-local-rank", "find-unused-parameters", "join-uneven-inputs", "sync-batchnorm",
               "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
               "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",
-              "low-cpu-mem-usage", "trainer-ddp-timeout", "move-before-ddp", "distributed-sampler"),
+              "low-cpu-mem-usage", "trainer-ddp-timeout", "move-before-ddp", "distributed-sampler",
+              "accumulation-no-sync"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.

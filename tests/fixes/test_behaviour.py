@@ -117,3 +117,27 @@ def test_d22_same_shuffle_every_epoch_before_the_fix_and_a_new_one_after(tmp_pat
     assert len(orders) == 3 and len(set(orders)) == 3, orders
     for order in map(json.loads, orders):  # each epoch: half of the 64 samples, none twice
         assert len(order) == 32 and len(set(order)) == 32 and set(order) <= set(range(64))
+
+
+def _reduces_and_weights(output: str) -> tuple[int, list[float]]:
+    found = re.search(r"all-reduces (\d+) weights ([-\d. ]+)", output)
+    assert found, output
+    return int(found.group(1)), [float(v) for v in found.group(2).split()]
+
+
+def test_p6_accumulation_reduces_once_per_step_after_the_fix_with_the_same_weights(tmp_path):
+    before = DATA / "P6" / "gloo_accumulate.py"
+    after = tmp_path / "gloo_accumulate_fixed.py"
+    after.write_text(Path(str(before) + ".fixed").read_text())
+    codes, outs, _ = run_ranks(before)
+    assert codes == [0, 0], outs
+    counts, weights = zip(*map(_reduces_and_weights, outs))
+    assert counts == (8, 8)  # 8 micro-batches, a bucket all-reduced after each backward
+
+    codes, outs, _ = run_ranks(after)
+    assert codes == [0, 0], outs
+    fixed_counts, fixed_weights = zip(*map(_reduces_and_weights, outs))
+    assert fixed_counts == (2, 2)  # once per optimizer step (every 4th micro-batch)
+    for a, b in zip(weights[0], fixed_weights[0]):  # the same training: averaged sums equal summed averages
+        assert abs(a - b) < 1e-5
+    assert fixed_weights[0] == fixed_weights[1]  # and the ranks still agree

@@ -21,6 +21,7 @@ PATCHES = {
     "collective-out-of-rank-branch": "ranks:collective_out_of_rank_branch",
     "rank-zero-side-effects": "ranks:rank_zero_side_effects",
     "low-cpu-mem-usage": "loading:low_cpu_mem_usage",
+    "accumulation-no-sync": "accum:accumulation_no_sync",
 }
 
 
