@@ -141,3 +141,16 @@ def test_p6_accumulation_reduces_once_per_step_after_the_fix_with_the_same_weigh
     for a, b in zip(weights[0], fixed_weights[0]):  # the same training: averaged sums equal summed averages
         assert abs(a - b) < 1e-5
     assert fixed_weights[0] == fixed_weights[1]  # and the ranks still agree
+
+
+def test_d14_gradients_reduced_in_bf16_before_the_fix_and_in_float32_after(tmp_path):
+    before = DATA / "D14" / "gloo_fsdp2_bf16.py"
+    after = tmp_path / "gloo_fsdp2_bf16_fixed.py"
+    after.write_text(Path(str(before) + ".fixed").read_text())
+    codes, outs, _ = run_ranks(before)
+    assert codes == [0, 0], outs
+    # reduce_dtype unset follows param_dtype: every reduced gradient is a bf16 value stored in float32
+    assert all("grads torch.float32 bf16-rounded True" in out for out in outs), outs
+    codes, outs, _ = run_ranks(after)
+    assert codes == [0, 0], outs
+    assert all("grads torch.float32 bf16-rounded False" in out for out in outs), outs  # averaged in float32

@@ -22,6 +22,7 @@ PATCHES = {
     "rank-zero-side-effects": "ranks:rank_zero_side_effects",
     "low-cpu-mem-usage": "loading:low_cpu_mem_usage",
     "accumulation-no-sync": "accum:accumulation_no_sync",
+    "fsdp-reduce-dtype": "fsdp:fsdp_reduce_dtype",
 }
 
 

@@ -5,6 +5,7 @@ from gpudoctor.engine.lint.checks.d2_batch_script_on_one_node import BatchScript
 from gpudoctor.engine.lint.checks.d3_device_from_rank import DeviceFromGlobalRank
 from gpudoctor.engine.lint.checks.d8_find_unused_parameters import FindUnusedParameters
 from gpudoctor.engine.lint.checks.d10_batchnorm_without_syncbn import BatchNormWithoutSyncBN
+from gpudoctor.engine.lint.checks.d14_mixed_precision_half_set import MixedPrecisionHalfSet
 from gpudoctor.engine.lint.checks.d21_collective_in_rank_branch import CollectiveInRankBranch
 from gpudoctor.engine.lint.checks.d22_sampler_without_set_epoch import SamplerWithoutSetEpoch
 from gpudoctor.engine.lint.checks.d23_every_rank_saves import EveryRankSaves
@@ -19,7 +20,8 @@ from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import Accumul
 
 ALL = (
     BatchScriptOnOneNode(), DeviceFromGlobalRank(), FindUnusedParameters(), BatchNormWithoutSyncBN(),
-    CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(),
+    MixedPrecisionHalfSet(), CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(),
+    ModelChangedOnSomeRanks(),
     TorchrunPerSrunTask(), InitWithoutTimeout(), RestartsWithoutResume(),
     DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), AccumulationWithoutNoSync(),
 )
