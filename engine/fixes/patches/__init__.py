@@ -23,6 +23,7 @@ PATCHES = {
     "low-cpu-mem-usage": "loading:low_cpu_mem_usage",
     "accumulation-no-sync": "accum:accumulation_no_sync",
     "fsdp-reduce-dtype": "fsdp:fsdp_reduce_dtype",
+    "full-state-dict-offload": "fsdp:full_state_dict_offload",
 }
 
 

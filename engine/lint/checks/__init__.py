@@ -6,6 +6,7 @@ from gpudoctor.engine.lint.checks.d3_device_from_rank import DeviceFromGlobalRan
 from gpudoctor.engine.lint.checks.d8_find_unused_parameters import FindUnusedParameters
 from gpudoctor.engine.lint.checks.d10_batchnorm_without_syncbn import BatchNormWithoutSyncBN
 from gpudoctor.engine.lint.checks.d14_mixed_precision_half_set import MixedPrecisionHalfSet
+from gpudoctor.engine.lint.checks.d15_full_state_dict_on_gpu import FullStateDictOnGPU
 from gpudoctor.engine.lint.checks.d21_collective_in_rank_branch import CollectiveInRankBranch
 from gpudoctor.engine.lint.checks.d22_sampler_without_set_epoch import SamplerWithoutSetEpoch
 from gpudoctor.engine.lint.checks.d23_every_rank_saves import EveryRankSaves
@@ -20,7 +21,7 @@ from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import Accumul
 
 ALL = (
     BatchScriptOnOneNode(), DeviceFromGlobalRank(), FindUnusedParameters(), BatchNormWithoutSyncBN(),
-    MixedPrecisionHalfSet(), CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(),
+    MixedPrecisionHalfSet(), FullStateDictOnGPU(), CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(),
     ModelChangedOnSomeRanks(),
     TorchrunPerSrunTask(), InitWithoutTimeout(), RestartsWithoutResume(),
     DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), AccumulationWithoutNoSync(),
