@@ -102,7 +102,7 @@ FIX_TRANSFORMS = {
               "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
               "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",
               "low-cpu-mem-usage", "trainer-ddp-timeout", "move-before-ddp", "distributed-sampler",
-              "accumulation-no-sync", "fsdp-reduce-dtype", "full-state-dict-offload"),
+              "accumulation-no-sync", "fsdp-reduce-dtype", "full-state-dict-offload", "fsdp-auto-wrap"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.
@@ -121,6 +121,7 @@ FIX_FACTS = {
     "ds_config": "DeepSpeed JSON config to pass to the launcher",
     "zero_stage": "the ZeRO stage to raise a DeepSpeed config to",
     "offload": "where ZeRO stage 3 offloads optimizer states and weights (none or cpu)",
+    "min_num_params": "smallest parameter count of a submodule FSDP's size-based policy makes its own unit",
 }
 
 

@@ -154,3 +154,29 @@ def test_d14_gradients_reduced_in_bf16_before_the_fix_and_in_float32_after(tmp_p
     codes, outs, _ = run_ranks(after)
     assert codes == [0, 0], outs
     assert all("grads torch.float32 bf16-rounded False" in out for out in outs), outs  # averaged in float32
+
+
+def test_d12_one_fsdp_unit_before_the_fix_and_one_per_block_after(tmp_path):
+    from gpudoctor.engine.fixes import plan_fix
+    from gpudoctor.engine.fixes.apply import apply_plan
+    from gpudoctor.kb.catalog import load_catalog
+
+    before = DATA / "D12" / "gloo_units.py"
+    after = tmp_path / "gloo_units.py"
+    after.write_text(before.read_text())
+    # the user's --param: the test's blocks hold 4,160 parameters each, far under the 100M default
+    plan = plan_fix(load_catalog(use_cache=False), "D12", script=str(after), facts={"min_num_params": 4000})
+    assert apply_plan(plan, state_dir=tmp_path / "state").written == (str(after),)
+
+    def units_and_loss(script):
+        codes, outs, _ = run_ranks(script)
+        assert codes == [0, 0], outs
+        found = [re.search(r"fsdp units (\d+) loss (\S+)", out) for out in outs]
+        assert all(found), outs
+        return [(int(f.group(1)), f.group(2)) for f in found]
+
+    root_only = units_and_loss(before)
+    assert [u for u, _ in root_only] == [1, 1]  # the root is the only unit
+    wrapped = units_and_loss(after)
+    assert [u for u, _ in wrapped] == [5, 5]  # each of the 4 blocks, and the root
+    assert [loss for _, loss in wrapped] == [loss for _, loss in root_only]  # the same model, computed the same

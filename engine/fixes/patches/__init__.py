@@ -24,6 +24,7 @@ PATCHES = {
     "accumulation-no-sync": "accum:accumulation_no_sync",
     "fsdp-reduce-dtype": "fsdp:fsdp_reduce_dtype",
     "full-state-dict-offload": "fsdp:full_state_dict_offload",
+    "fsdp-auto-wrap": "fsdp:fsdp_auto_wrap",
 }
 
 

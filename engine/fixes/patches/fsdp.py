@@ -1,5 +1,5 @@
-"""FSDP patches: D14, a mixed-precision policy that leaves the gradient reduction to follow a 16-bit param dtype;
-D15, a full state dict gathered for a save onto every GPU."""
+"""FSDP patches: D12, the root as the only unit; D14, a mixed-precision policy that leaves the gradient reduction to
+follow a 16-bit param dtype; D15, a full state dict gathered for a save onto every GPU."""
 from __future__ import annotations
 
 import ast
@@ -8,10 +8,12 @@ import libcst as cst
 
 from gpudoctor.engine.fixes import cst as h
 from gpudoctor.engine.fixes.errors import NotApplicable
+from gpudoctor.engine.lint.checks.d12_fsdp_without_wrap_policy import FSDP1, MANUAL, root_only
 from gpudoctor.engine.lint.checks.d14_mixed_precision_half_set import POLICIES, half_set
 from gpudoctor.engine.lint.checks.d15_full_state_dict_on_gpu import SETTERS, full_without_offload, saves
 
 STATE_CALLS = ("state_dict", "optim_state_dict", "full_optim_state_dict")
+DEFAULT_MIN_PARAMS = 100_000_000  # size_based_auto_wrap_policy's own default
 
 
 def fsdp_reduce_dtype(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
@@ -134,3 +136,35 @@ def _reports(call, with_stmt) -> bool:
     node = next((i.context_expr for i in tree.items if ast.unparse(i.context_expr) == ast.unparse(
         ast.parse(h.code(call), mode="eval").body)), None)
     return node is not None and full_without_offload(node) and saves(tree.body)
+
+
+def fsdp_auto_wrap(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    """The one FSDP1 constructor of a script that wraps only the root gains
+    `auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params=N)` (N from --param
+    min_num_params, 100M by default, torch's own default): every submodule of at least N parameters becomes its own
+    unit, gathered only while it runs. The call the lint's D12 check reports; a script that wraps by hand is left."""
+    try:
+        threshold = int(float(facts.get("min_num_params") or DEFAULT_MIN_PARAMS))
+    except (TypeError, ValueError):
+        raise NotApplicable(f"{path}: min_num_params must be a number of parameters (e.g. 100000000)") from None
+    if threshold < 1:
+        raise NotApplicable(f"{path}: min_num_params must be at least 1")
+    module = h.parse(text, path)
+    tree = ast.parse(text)
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    if names & {*MANUAL, "fully_shard"}:
+        raise NotApplicable(f"{path}: the script builds its FSDP units itself (wrap, enable_wrap or fully_shard)")
+    sites = [c for c in h.calls(module) if h.last(h.call_name(c)) in FSDP1]
+    if len(sites) != 1 or not root_only(ast.parse(h.code(sites[0]), mode="eval").body):
+        raise NotApplicable(f"{path}: no single FSDP(...) without an auto_wrap_policy"
+                            + (f" ({len(sites)} FSDP calls: the units are built by hand)" if len(sites) > 1 else ""))
+    policy = h.expr(f"functools.partial(size_based_auto_wrap_policy, min_num_params={threshold:_})")
+    module = h.replace_calls(module, lambda c: h.add_kwarg(c, "auto_wrap_policy", policy)
+                             if h.last(h.call_name(c)) in FSDP1 else None)  # the one FSDP call, as checked above
+    module = h.add_import(module, "import functools", "functools")
+    module = h.add_import(module, "from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy",
+                          "size_based_auto_wrap_policy")
+    return module.code, [f"every submodule of at least {threshold:,} parameters becomes its own FSDP unit, so only "
+                         "the unit running holds full parameters; for a transformer, transformer_auto_wrap_policy "
+                         "with its block class gives one unit per block (--param min_num_params=N moves the cut)"]

@@ -5,6 +5,7 @@ from gpudoctor.engine.lint.checks.d2_batch_script_on_one_node import BatchScript
 from gpudoctor.engine.lint.checks.d3_device_from_rank import DeviceFromGlobalRank
 from gpudoctor.engine.lint.checks.d8_find_unused_parameters import FindUnusedParameters
 from gpudoctor.engine.lint.checks.d10_batchnorm_without_syncbn import BatchNormWithoutSyncBN
+from gpudoctor.engine.lint.checks.d12_fsdp_without_wrap_policy import FSDPWithoutWrapPolicy
 from gpudoctor.engine.lint.checks.d14_mixed_precision_half_set import MixedPrecisionHalfSet
 from gpudoctor.engine.lint.checks.d15_full_state_dict_on_gpu import FullStateDictOnGPU
 from gpudoctor.engine.lint.checks.d21_collective_in_rank_branch import CollectiveInRankBranch
@@ -21,8 +22,8 @@ from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import Accumul
 
 ALL = (
     BatchScriptOnOneNode(), DeviceFromGlobalRank(), FindUnusedParameters(), BatchNormWithoutSyncBN(),
-    MixedPrecisionHalfSet(), FullStateDictOnGPU(), CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(),
-    ModelChangedOnSomeRanks(),
+    FSDPWithoutWrapPolicy(), MixedPrecisionHalfSet(), FullStateDictOnGPU(), CollectiveInRankBranch(),
+    SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(),
     TorchrunPerSrunTask(), InitWithoutTimeout(), RestartsWithoutResume(),
     DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), AccumulationWithoutNoSync(),
 )
