@@ -25,6 +25,7 @@ PATCHES = {
     "fsdp-reduce-dtype": "fsdp:fsdp_reduce_dtype",
     "full-state-dict-offload": "fsdp:full_state_dict_offload",
     "fsdp-auto-wrap": "fsdp:fsdp_auto_wrap",
+    "move-targets": "targets:move_targets",
 }
 
 

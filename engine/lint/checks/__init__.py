@@ -18,6 +18,7 @@ from gpudoctor.engine.lint.checks.mn5_restarts_without_resume import RestartsWit
 from gpudoctor.engine.lint.checks.p1_dataparallel import DataParallel
 from gpudoctor.engine.lint.checks.p2_ddp_before_to_device import DDPBeforeToDevice
 from gpudoctor.engine.lint.checks.p3_ddp_without_sampler import DDPWithoutSampler
+from gpudoctor.engine.lint.checks.p4_target_left_on_cpu import TargetLeftOnCPU
 from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import AccumulationWithoutNoSync
 
 ALL = (
@@ -25,7 +26,8 @@ ALL = (
     FSDPWithoutWrapPolicy(), MixedPrecisionHalfSet(), FullStateDictOnGPU(), CollectiveInRankBranch(),
     SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(),
     TorchrunPerSrunTask(), InitWithoutTimeout(), RestartsWithoutResume(),
-    DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), AccumulationWithoutNoSync(),
+    DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), TargetLeftOnCPU(),
+    AccumulationWithoutNoSync(),
 )
 BY_CODE = {c.code: c for c in ALL}
 BY_SLUG = {c.slug: c for c in ALL}
