@@ -180,3 +180,21 @@ def test_d12_one_fsdp_unit_before_the_fix_and_one_per_block_after(tmp_path):
     wrapped = units_and_loss(after)
     assert [u for u, _ in wrapped] == [5, 5]  # each of the 4 blocks, and the root
     assert [loss for _, loss in wrapped] == [loss for _, loss in root_only]  # the same model, computed the same
+
+
+def test_p5_ranks_hold_different_weights_before_the_fix_and_rank0s_after(tmp_path):
+    before = DATA / "P5" / "gloo_init_after_wrap.py"
+    after = tmp_path / "gloo_init_after_wrap_fixed.py"
+    after.write_text(Path(str(before) + ".fixed").read_text())
+
+    def checksums(script):
+        codes, outs, _ = run_ranks(script)
+        assert codes == [0, 0], outs
+        found = [re.search(r"checksum (\S+)", out) for out in outs]
+        assert all(found), outs
+        return [f.group(1) for f in found]
+
+    drawn = checksums(before)
+    assert drawn[0] != drawn[1]  # each rank re-drew the weights after DDP's one broadcast
+    synced = checksums(after)
+    assert synced[0] == synced[1] == drawn[0]  # the init on rank 0's generator, broadcast by DDP to every rank

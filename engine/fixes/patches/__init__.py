@@ -26,6 +26,7 @@ PATCHES = {
     "full-state-dict-offload": "fsdp:full_state_dict_offload",
     "fsdp-auto-wrap": "fsdp:fsdp_auto_wrap",
     "move-targets": "targets:move_targets",
+    "init-before-ddp": "init_order:init_before_ddp",
 }
 
 

@@ -19,6 +19,7 @@ from gpudoctor.engine.lint.checks.p1_dataparallel import DataParallel
 from gpudoctor.engine.lint.checks.p2_ddp_before_to_device import DDPBeforeToDevice
 from gpudoctor.engine.lint.checks.p3_ddp_without_sampler import DDPWithoutSampler
 from gpudoctor.engine.lint.checks.p4_target_left_on_cpu import TargetLeftOnCPU
+from gpudoctor.engine.lint.checks.p5_init_after_ddp import InitAfterDDP
 from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import AccumulationWithoutNoSync
 
 ALL = (
@@ -27,7 +28,7 @@ ALL = (
     SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(),
     TorchrunPerSrunTask(), InitWithoutTimeout(), RestartsWithoutResume(),
     DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), TargetLeftOnCPU(),
-    AccumulationWithoutNoSync(),
+    InitAfterDDP(), AccumulationWithoutNoSync(),
 )
 BY_CODE = {c.code: c for c in ALL}
 BY_SLUG = {c.slug: c for c in ALL}
