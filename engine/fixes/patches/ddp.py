@@ -2,12 +2,11 @@
 DataParallel -> DDP, P2 the move to the device before the wrap."""
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 from gpudoctor.engine.fixes import cst as h
 from gpudoctor.engine.fixes.errors import NotApplicable
+from gpudoctor.engine.lint.checks.mn3_init_without_timeout import TRAINER_ARGS
 
 D8_WARNING = ("# gpudoctor D8: find_unused_parameters=True can hide a real bug (an output",
               "# that never reaches the loss) and walks the autograd graph every step")
@@ -133,12 +132,6 @@ def init_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
                          "(give --param timeout_minutes=N to choose); keep TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]
 
 
-# the HF Trainer's argument classes and trl's configs built on them: each takes ddp_timeout (seconds), which the
-# Trainer passes to init_process_group; the default, 1800, is what a long main_process_first step runs into
-_TRAINER_ARGS = re.compile(r"^(?:\w*TrainingArguments|SFTConfig|DPOConfig|GRPOConfig|ORPOConfig|KTOConfig|CPOConfig|"
-                           r"RewardConfig|PPOConfig|RLOOConfig|OnlineDPOConfig)$")
-
-
 def trainer_ddp_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     """MN3 under the HF Trainer: ddp_timeout on its arguments, raised to the given minutes (a literal below them is
     raised; a larger one, or one the script computes, is left alone)."""
@@ -147,7 +140,7 @@ def trainer_ddp_timeout(text: str, path: str, facts: dict) -> tuple[str, list[st
     changed, kept = [], []
 
     def fix(call):
-        if not _TRAINER_ARGS.match(h.last(h.call_name(call))):
+        if not TRAINER_ARGS.match(h.last(h.call_name(call))):
             return None
         arg = h.kwarg(call, "ddp_timeout")
         if arg is None:
