@@ -198,3 +198,16 @@ def test_p5_ranks_hold_different_weights_before_the_fix_and_rank0s_after(tmp_pat
     assert drawn[0] != drawn[1]  # each rank re-drew the weights after DDP's one broadcast
     synced = checksums(after)
     assert synced[0] == synced[1] == drawn[0]  # the init on rank 0's generator, broadcast by DDP to every rank
+
+
+def test_d26_ddp_refuses_a_head_added_on_rank0_before_the_fix_and_wraps_it_after(tmp_path):
+    before = DATA / "D26" / "gloo_head_on_rank0.py"
+    after = tmp_path / "gloo_head_on_rank0_fixed.py"
+    after.write_text(Path(str(before) + ".fixed").read_text())
+    codes, outs, _ = run_ranks(before)
+    assert codes == [0, 0], outs
+    assert all("DDP refused: DDP expects same model across all ranks" in out for out in outs), outs
+    codes, outs, _ = run_ranks(after)
+    assert codes == [0, 0], outs
+    assert [re.search(r"wrapped (\d+) parameters", out).group(1) for out in outs] == ["323", "323"], outs
+    assert "rank 0 replaced the head" in outs[0] and "replaced" not in outs[1]  # the print stays on rank 0

@@ -27,6 +27,7 @@ PATCHES = {
     "fsdp-auto-wrap": "fsdp:fsdp_auto_wrap",
     "move-targets": "targets:move_targets",
     "init-before-ddp": "init_order:init_before_ddp",
+    "reshape-on-every-rank": "reshape:reshape_on_every_rank",
 }
 
 

@@ -1,0 +1,76 @@
+"""D26: model surgery done inside a rank-0 branch before DDP moved out of the branch, so every rank builds the same
+model (and DDP's construction-time check of the shapes passes)."""
+from __future__ import annotations
+
+import libcst as cst
+
+from gpudoctor.engine.fixes import cst as h
+from gpudoctor.engine.fixes.errors import NotApplicable
+from gpudoctor.engine.lint.checks.d26_model_changed_on_some_ranks import LAYERS, RESHAPERS
+
+# what only rank 0 should do: output, files, trackers. A branch's statements up to the last surgery may not hold any.
+RANK0_WORK = {"print", "save", "save_pretrained", "log", "info", "warning", "write", "mkdir", "makedirs", "dump",
+              "log_metrics", "add_scalar", "upload", "push_to_hub", "init"}
+
+
+def _reshapes(stmt) -> bool:
+    if any(h.last(h.call_name(c)) in RESHAPERS for c in h.calls(stmt)):
+        return True
+    for assign in h.m.findall(stmt, h.m.Assign()):
+        if isinstance(assign.value, cst.Call) and LAYERS.match(h.last(h.call_name(assign.value)) or "") and any(
+                isinstance(t.target, cst.Attribute) for t in assign.targets):
+            return True
+    return False
+
+
+def _rank0_work(stmt) -> str | None:
+    return next((h.call_name(c) for c in h.calls(stmt) if h.last(h.call_name(c)) in RANK0_WORK), None)
+
+
+def reshape_on_every_rank(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    """In `if rank == 0:` (or is_main_process ...) without an else, the statements up to the last one that adds or
+    resizes layers (resize_token_embeddings, add_module, model.fc = nn.Linear(...)) move before the branch, so every
+    rank runs them; what follows them (prints, saves) stays in the branch, and an emptied branch goes. Left alone: a
+    branch with an else, or one whose statements before the surgery write output or files (only rank 0 should)."""
+    if "DistributedDataParallel" not in text and "DDP(" not in text:
+        raise NotApplicable(f"{path}: not a DDP script")
+    module = h.parse(text, path)
+    moved: list[str] = []
+    refused: list[str] = []
+
+    def rewrite(stmts, block):
+        out = []
+        for s in stmts:
+            if not (isinstance(s, cst.If) and h.is_rank0_test(s.test) and isinstance(s.body, cst.IndentedBlock)):
+                out.append(s)
+                continue
+            body = list(s.body.body)
+            marks = [k for k, stmt in enumerate(body) if _reshapes(stmt)]
+            if not marks:
+                out.append(s)
+                continue
+            test = h.code(s.test)
+            if s.orelse is not None:
+                refused.append(f"`if {test}:` has an else branch")
+                out.append(s)
+                continue
+            prefix = body[:marks[-1] + 1]
+            work = next((w for w in map(_rank0_work, prefix) if w), None)
+            if work is not None:
+                refused.append(f"`if {test}:` calls {work}() before its surgery, which only rank 0 should do")
+                out.append(s)
+                continue
+            moved.extend(h.code(stmt.with_changes(leading_lines=())).strip() for stmt in prefix)
+            prefix[0] = prefix[0].with_changes(leading_lines=(*s.leading_lines, *prefix[0].leading_lines))
+            out.extend(prefix)
+            rest = body[marks[-1] + 1:]
+            if rest:
+                out.append(s.with_changes(leading_lines=(), body=s.body.with_changes(body=rest)))
+        return out
+
+    module = h.rewrite_bodies(module, rewrite)
+    if not moved:
+        why = f" ({refused[0]})" if refused else ""
+        raise NotApplicable(f"{path}: no layers added or resized inside a rank-0 branch{why}")
+    return module.code, [f"every rank now runs `{moved[-1][:60]}` (and what it depends on in that branch), so all "
+                         "of them build the same model before DDP compares the shapes"]
