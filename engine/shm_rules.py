@@ -6,7 +6,9 @@ WARN "Call to %s failed : %s" with strerror (src/include/shm.h in 2.4-2.11, src/
 2.12). "No space left on device" is the full /dev/shm of a container (D24's cause); "Permission denied" or "Read-only
 file system" is a /dev/shm NCCL may not write at all, another cause with the same "Error while creating shared
 memory segment" line after it. Before NCCL reserved the space up front, a full tmpfs let the mmap succeed and
-faulted on first touch: a SIGBUS ("Bus error") inside NCCL's own frames.
+faulted on first touch: a SIGBUS ("Bus error") inside NCCL's own frames. Without a backtrace the same fault shows
+in torchrun's failure report as ranks killed by signal 7 ("exitcode : -7", "Signal 7 (SIGBUS) received by PID"): the
+training processes themselves, not DataLoader workers (whose bus error the loader reports as its own RuntimeError).
 """
 from __future__ import annotations
 
@@ -23,8 +25,12 @@ _NCCL_FRAME = _lazy(r"(?i)\bnccl\w*|libnccl")
 BUS_WINDOW = 20  # lines of a crash report's backtrace read after the signal line
 
 
+_RANK_SIGBUS = _lazy(r"rank\s*:\s*(\d+)[^\n]*\n(?:[^\n]*\n){0,3}?\s*exitcode\s*:\s*-7\b")
+_LOADER_BUS = _lazy(r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|Unexpected bus error encountered in worker")
+
+
 def shm_rules(text: str, file: str) -> list[Verdict]:
-    return _refused(text, file) + _bus_error(text, file)
+    return _refused(text, file) + (_bus_error(text, file) or _ranks_bus_error(text, file))
 
 
 def _refused(text: str, file: str) -> list[Verdict]:
@@ -67,3 +73,21 @@ def _bus_error(text: str, file: str) -> list[Verdict]:
                                      "because"))
                 return [Verdict("D24", "rule:nccl-bus-error", evidence, score=0.85)]
     return []
+
+
+def _ranks_bus_error(text: str, file: str) -> list[Verdict]:
+    """torchrun's failure report with two or more ranks killed by SIGBUS and no DataLoader bus error: the training
+    processes faulted on shared memory together, which a full /dev/shm under NCCL's segments does."""
+    if "exitcode" not in text or ("SIGBUS" not in text and "-7" not in text) or _LOADER_BUS.search(text):
+        return []
+    ranks: dict[str, int] = {}
+    for m in _RANK_SIGBUS.finditer(text):
+        ranks.setdefault(m.group(1), text.count("\n", 0, m.start()) + 1)
+    if len(ranks) < 2:
+        return []
+    first = min(ranks.values())
+    line = text.split("\n")[first - 1]
+    evidence = (Evidence(file, first, line, "rule:ranks-killed-by-sigbus"),
+                Evidence(file, first, f"ranks {', '.join(sorted(ranks, key=int))} were killed by SIGBUS (exit code "
+                                      "-7) together: shared memory they had mapped ran out behind them", "because"))
+    return [Verdict("D24", "rule:ranks-killed-by-sigbus", evidence, score=0.75)]
