@@ -11,8 +11,10 @@ from __future__ import annotations
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 
-_CODE = _lazy(r"server socket has failed to (?:bind|listen)[^\n]*?(?:errno: (\d+)|code: -(\d+))")
-IN_USE = "98"
+_IN_USE = _lazy(r"errno: 98\b|code: -98\b|EADDRINUSE|[Aa]ddress already in use")
+# another reason on a bind failure's line: an errno or libuv code, or its text where a version printed only that
+_OTHER = _lazy(r"errno: (\d+)|code: -(\d+)|(Permission denied|EACCES)|(Cannot assign requested address|EADDRNOTAVAIL)")
+WORDS = {"Permission denied": "13", "EACCES": "13", "Cannot assign requested address": "99", "EADDRNOTAVAIL": "99"}
 MEANING = {"13": "permission denied: ports below 1024 need root (or a security policy refused it)",
            "99": "cannot assign the requested address: MASTER_ADDR is not an address of this host"}
 
@@ -21,14 +23,20 @@ def bind_errno_rule(text: str, file: str) -> list:
     if "server socket has failed to" not in text:
         return []
     from gpudoctor.engine.rules import Verdict
-    from gpudoctor.engine.textfind import line_text
-
-    codes = [(m.group(1) or m.group(2), m.start()) for m in _CODE.finditer(text)]
-    if not codes or any(code == IN_USE for code, _ in codes):
+    if _IN_USE.search(text):
         return []
-    code, at = codes[0]
-    line_no = text.count("\n", 0, at) + 1
+    from gpudoctor.engine.textfind import lines_with
+
+    found = None
+    for n, line in lines_with(text, "server socket has failed to"):
+        m = _OTHER.search(line)
+        if m is not None:
+            found = (n, line, m.group(1) or m.group(2) or WORDS[m.group(3) or m.group(4)])
+            break
+    if found is None:
+        return []
+    line_no, line, code = found
     why = MEANING.get(code, f"errno {code}, not 98 (address already in use)")
     note = f"line {line_no}: the store could not bind its port, errno {code}: {why}; no other job holds it (not D4)"
-    here = Evidence(file, line_no, line_text(text, at).strip(), "rule:bind-errno-not-in-use")
+    here = Evidence(file, line_no, line.strip(), "rule:bind-errno-not-in-use")
     return [Verdict("D4", "rule:bind-errno-not-in-use", (here,), rule_out=True, note=note)]
