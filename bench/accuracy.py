@@ -35,7 +35,8 @@ BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "m
            "dev-1127h": (DEV, "manifest-p2[3-9].yaml"), "sealed-1127g": (SEALED, "manifest-3[d-z].yaml"),
            "dev-1127i": (DEV, "manifest-q[0-9].yaml"), "sealed-1127h": (SEALED, "manifest-4[a-z].yaml"),
            "dev-1127j": (DEV, "manifest-r[0-9].yaml"), "sealed-1127i": (SEALED, "manifest-5[a-z].yaml"),
-           "dev-1127k": (DEV, "manifest-s[0-9].yaml"), "sealed-1127j": (SEALED, "manifest-6[a-z].yaml")}
+           "dev-1127k": (DEV, "manifest-s[0-9].yaml"), "sealed-1127j": (SEALED, "manifest-6[a-z].yaml"),
+           "dev-1127l": (DEV, "manifest-t[0-9].yaml"), "sealed-1127k": (SEALED, "manifest-7[a-z].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 # names collectors wrote for the same rows (a wrapper counts as the framework it runs on)
 FRAMEWORK_ALIASES = {"accelerate": "accelerate-hf", "transformers": "accelerate-hf", "hf": "accelerate-hf",
@@ -263,7 +264,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="figures as JSON (sealed rows only with --show-sealed)")
     parser.add_argument("--batches", action="store_true",
                         help="also show the batches collected on 2026-11-27 apart (dev-1127, sealed-1127, and the "
-                             "later collections of that day, dev-1127b to dev-1127k and sealed-1127b to sealed-1127j)")
+                             "later collections of that day, dev-1127b to dev-1127l and sealed-1127b to sealed-1127k)")
     parser.add_argument("--before-relabel", action="store_true",
                         help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27, D28, MN8) joined "
                              "the catalogue or widened to take in its cause (D8), to compare with figures measured before")
