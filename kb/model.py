@@ -103,7 +103,7 @@ FIX_TRANSFORMS = {
               "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",
               "low-cpu-mem-usage", "trainer-ddp-timeout", "move-before-ddp", "distributed-sampler",
               "accumulation-no-sync", "fsdp-reduce-dtype", "full-state-dict-offload", "fsdp-auto-wrap",
-              "move-targets", "init-before-ddp", "reshape-on-every-rank"),
+              "move-targets", "init-before-ddp", "reshape-on-every-rank", "collective-skip"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.

@@ -211,3 +211,21 @@ def test_d26_ddp_refuses_a_head_added_on_rank0_before_the_fix_and_wraps_it_after
     assert codes == [0, 0], outs
     assert [re.search(r"wrapped (\d+) parameters", out).group(1) for out in outs] == ["323", "323"], outs
     assert "rank 0 replaced the head" in outs[0] and "replaced" not in outs[1]  # the print stays on rank 0
+
+
+def test_d20_a_skip_on_one_rank_hangs_the_group_before_the_fix_and_every_rank_skips_after(tmp_path):
+    before = DATA / "D20" / "gloo_skip_nan_step.py"
+    after = tmp_path / "gloo_skip_nan_step_fixed.py"
+    after.write_text(Path(str(before) + ".fixed").read_text())
+    # before: rank 1 skips its NaN step alone; rank 0's extra all-reduce then waits for a partner until the 3 s
+    # timeout ends both ranks (bounded: they exit on their own)
+    codes, outs, _ = run_ranks(before, extra_env={"TRAIN_DIST_TIMEOUT": "3"})
+    assert None not in codes and codes != [0, 0], outs
+    assert re.search(r"Timed out|Connection (closed|reset)", outs[0] + outs[1]), outs
+    assert "finished" not in outs[0]
+    # after: the same poisoned batch, now skipped by both ranks (a longer timeout, so load alone cannot fail them)
+    codes, outs, _ = run_ranks(after, extra_env={"TRAIN_DIST_TIMEOUT": "60"})
+    assert codes == [0, 0], outs
+    found = [re.search(r"finished after (\d+) steps checksum (\S+)", out) for out in outs]
+    assert all(found), outs
+    assert [f.group(1) for f in found] == ["5", "5"] and found[0].group(2) == found[1].group(2)

@@ -28,6 +28,7 @@ PATCHES = {
     "move-targets": "targets:move_targets",
     "init-before-ddp": "init_order:init_before_ddp",
     "reshape-on-every-rank": "reshape:reshape_on_every_rank",
+    "collective-skip": "skips:collective_skip",
 }
 
 
