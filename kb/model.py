@@ -122,6 +122,7 @@ FIX_FACTS = {
     "ds_config": "DeepSpeed JSON config to pass to the launcher",
     "zero_stage": "the ZeRO stage to raise a DeepSpeed config to",
     "offload": "where ZeRO stage 3 offloads optimizer states and weights (none or cpu)",
+    "elastic_timeout": "seconds Horovod's elastic driver waits for enough workers (HOROVOD_ELASTIC_TIMEOUT)",
     "dump_prefix": "path prefix of the NCCL flight recorder's per-rank dump files",
     "min_num_params": "smallest parameter count of a submodule FSDP's size-based policy makes its own unit",
 }
