@@ -20,11 +20,9 @@ MEANING = {"13": "permission denied: ports below 1024 need root (or a security p
 
 
 def bind_errno_rule(text: str, file: str) -> list:
-    if "server socket has failed to" not in text:
+    if "server socket has failed to" not in text or _IN_USE.search(text):
         return []
     from gpudoctor.engine.rules import Verdict
-    if _IN_USE.search(text):
-        return []
     from gpudoctor.engine.textfind import lines_with
 
     found = None

@@ -80,13 +80,14 @@ def _ranks_bus_error(text: str, file: str) -> list[Verdict]:
     processes faulted on shared memory together, which a full /dev/shm under NCCL's segments does."""
     if "exitcode" not in text or ("SIGBUS" not in text and "-7" not in text) or _LOADER_BUS.search(text):
         return []
+    from gpudoctor.engine.textfind import line_at
+
     ranks: dict[str, int] = {}
     for m in _RANK_SIGBUS.finditer(text):
-        ranks.setdefault(m.group(1), text.count("\n", 0, m.start()) + 1)
+        ranks.setdefault(m.group(1), m.start())
     if len(ranks) < 2:
         return []
-    first = min(ranks.values())
-    line = text.split("\n")[first - 1]
+    first, line = line_at(text, min(ranks.values()))
     evidence = (Evidence(file, first, line, "rule:ranks-killed-by-sigbus"),
                 Evidence(file, first, f"ranks {', '.join(sorted(ranks, key=int))} were killed by SIGBUS (exit code "
                                       "-7) together: shared memory they had mapped ran out behind them", "because"))

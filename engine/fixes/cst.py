@@ -1,6 +1,7 @@
 """Shared libcst helpers for code patches: parse, name calls, spot rank-0 tests and collectives, add imports."""
 from __future__ import annotations
 
+import ast
 from typing import Callable
 
 import libcst as cst
@@ -289,6 +290,39 @@ def rewrite_bodies(module: cst.Module, rewrite: Callable[[list, Block], list]) -
 
 def code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+def ast_expr(node: cst.BaseExpression) -> ast.expr:
+    """The same expression as an ast node, for the predicates the lint checks share with the patches."""
+    return ast.parse(code(node).strip(), mode="eval").body
+
+
+def ast_stmts(node: cst.CSTNode) -> list[ast.stmt]:
+    """The same statement as ast statements (two for `a; b` on one line), its leading comments left out."""
+    if hasattr(node, "leading_lines"):
+        node = node.with_changes(leading_lines=())
+    return ast.parse(code(node).strip() + "\n").body
+
+
+# calls that print, log or write something: side effects one rank is enough for
+WRITES = {"print", "write", "writelines", "save", "dump", "log", "info", "warning", "debug", "add_scalar",
+          "add_scalars", "add_image", "log_dict", "log_metrics", "savefig", "save_pretrained", "open", "makedirs",
+          "mkdir", "upload", "push_to_hub"}
+
+
+def first_write(node) -> str | None:
+    """The name of the first call under node that prints, logs or writes (wandb.* counts), else None."""
+    return next((name for name in map(call_name, calls(node)) if last(name) in WRITES or name.startswith("wandb.")),
+                None)
+
+
+def ddp_names(module: cst.Module) -> list[str]:
+    """The names DDP-wrapped models are assigned to (`model = DDP(...)`, `self.net = DistributedDataParallel(...)`)."""
+    names: list[str] = []
+    for assign in m.findall(module, m.Assign()):
+        if isinstance(assign.value, cst.Call) and last(call_name(assign.value)) in ("DDP", "DistributedDataParallel"):
+            names += [n for n in (dotted(t.target) for t in assign.targets) if n and n not in names]
+    return names
 
 
 def define_before_use(module: cst.Module, name: str, definition: str) -> cst.Module:

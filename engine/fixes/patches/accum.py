@@ -18,12 +18,12 @@ import libcst as cst
 
 from gpudoctor.engine.fixes import cst as h
 from gpudoctor.engine.fixes.errors import NotApplicable
+from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import ACCUM_TEST, optimizer_receiver
 
 # what already stops the per-micro-step reduction (as the lint's P6 check reads it)
 HANDLED = ("no_sync", "require_backward_grad_sync", "set_requires_gradient_sync", ".accumulate(")
 # wrappers that own the loop's synchronisation: their scripts are not patched here
 WRAPPERS = ("deepspeed", "accelerate", "lightning", "pytorch_lightning")
-ACCUM_WORDS = ("%", "accum", "grad_acc", "update_freq")
 SAFE_CALLS = {"len", "int", "min", "max"}  # calls a condition may hold and still be evaluated twice
 
 
@@ -34,32 +34,14 @@ def _is_backward(stmt) -> bool:
 
 def _optimizer_step(node) -> bool:
     """An optimizer's (or a grad scaler's) step() somewhere under node; a scheduler's does not count."""
-    for call in h.calls(node):
-        name = h.call_name(call)
-        if h.last(name) != "step" or "." not in name:
-            continue
-        recv = name.rsplit(".", 1)[0].lower()
-        if ("optim" in recv or recv.endswith("opt") or "scaler" in recv) and "sched" not in recv:
-            return True
-    return False
+    names = (h.call_name(call) for call in h.calls(node))
+    return any(h.last(name) == "step" and "." in name and optimizer_receiver(name.rsplit(".", 1)[0]) for name in names)
 
 
 def _accumulation_if(stmt) -> bool:
     if not isinstance(stmt, cst.If) or not _optimizer_step(stmt.body):
         return False
-    test = h.code(stmt.test)
-    return any(word in test.lower() for word in ACCUM_WORDS)
-
-
-def _ddp_names(module: cst.Module) -> list[str]:
-    names = []
-    for assign in h.m.findall(module, h.m.Assign()):
-        if isinstance(assign.value, cst.Call) and h.last(h.call_name(assign.value)) in ("DDP", "DistributedDataParallel"):
-            for target in assign.targets:
-                name = h.dotted(target.target)
-                if name and name not in names:
-                    names.append(name)
-    return names
+    return bool(ACCUM_TEST.search(h.code(stmt.test)))
 
 
 def _mentions(node, dotted_name: str) -> bool:
@@ -116,7 +98,7 @@ def accumulation_no_sync(text: str, path: str, facts: dict) -> tuple[str, list[s
     module = h.parse(text, path)
     if h.imported_modules(module) & set(WRAPPERS):
         raise NotApplicable(f"{path}: a wrapper (DeepSpeed, Accelerate, Lightning) owns the accumulation")
-    models = _ddp_names(module)
+    models = h.ddp_names(module)
     if not models:
         raise NotApplicable(f"{path}: no `model = DDP(...)` whose reduction could be deferred")
     done: list[str] = []

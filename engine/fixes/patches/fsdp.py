@@ -2,17 +2,14 @@
 follow a 16-bit param dtype; D15, a full state dict gathered for a save onto every GPU."""
 from __future__ import annotations
 
-import ast
-
 import libcst as cst
 
 from gpudoctor.engine.fixes import cst as h
 from gpudoctor.engine.fixes.errors import NotApplicable
 from gpudoctor.engine.lint.checks.d12_fsdp_without_wrap_policy import FSDP1, MANUAL, root_only
 from gpudoctor.engine.lint.checks.d14_mixed_precision_half_set import POLICIES, half_set
-from gpudoctor.engine.lint.checks.d15_full_state_dict_on_gpu import SETTERS, full_without_offload, saves
+from gpudoctor.engine.lint.checks.d15_full_state_dict_on_gpu import SETTERS, STATE_CALLS, full_without_offload, saves
 
-STATE_CALLS = ("state_dict", "optim_state_dict", "full_optim_state_dict")
 DEFAULT_MIN_PARAMS = 100_000_000  # size_based_auto_wrap_policy's own default
 
 
@@ -26,8 +23,7 @@ def fsdp_reduce_dtype(text: str, path: str, facts: dict) -> tuple[str, list[str]
     def fix(call: cst.Call):
         if h.last(h.call_name(call)) not in POLICIES:
             return None
-        tree = ast.parse(h.code(call), mode="eval").body
-        dtype = half_set(tree) if isinstance(tree, ast.Call) else None
+        dtype = half_set(h.ast_expr(call))
         if dtype is None:
             return None
         fixed.append(f"{h.last(h.call_name(call))}(param_dtype={dtype})")
@@ -129,13 +125,10 @@ def full_state_dict_offload(text: str, path: str, facts: dict) -> tuple[str, lis
 
 
 def _reports(call, with_stmt) -> bool:
-    """The lint's D15 predicate, read from the same source text."""
+    """The lint's D15 predicate on the same source: a full state dict without offload, around a save."""
     if not isinstance(call, cst.Call) or h.last(h.call_name(call)) not in SETTERS:
         return False
-    tree = ast.parse(h.code(with_stmt.with_changes(leading_lines=())).strip() + "\n").body[0]
-    node = next((i.context_expr for i in tree.items if ast.unparse(i.context_expr) == ast.unparse(
-        ast.parse(h.code(call), mode="eval").body)), None)
-    return node is not None and full_without_offload(node) and saves(tree.body)
+    return full_without_offload(h.ast_expr(call)) and saves(h.ast_stmts(with_stmt)[0].body)
 
 
 def fsdp_auto_wrap(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
@@ -150,13 +143,11 @@ def fsdp_auto_wrap(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     if threshold < 1:
         raise NotApplicable(f"{path}: min_num_params must be at least 1")
     module = h.parse(text, path)
-    tree = ast.parse(text)
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names = {n.value for n in h.m.findall(module, h.m.Name())}  # identifiers and attribute names alike
     if names & {*MANUAL, "fully_shard"}:
         raise NotApplicable(f"{path}: the script builds its FSDP units itself (wrap, enable_wrap or fully_shard)")
     sites = [c for c in h.calls(module) if h.last(h.call_name(c)) in FSDP1]
-    if len(sites) != 1 or not root_only(ast.parse(h.code(sites[0]), mode="eval").body):
+    if len(sites) != 1 or not root_only(h.ast_expr(sites[0])):
         raise NotApplicable(f"{path}: no single FSDP(...) without an auto_wrap_policy"
                             + (f" ({len(sites)} FSDP calls: the units are built by hand)" if len(sites) > 1 else ""))
     policy = h.expr(f"functools.partial(size_based_auto_wrap_policy, min_num_params={threshold:_})")

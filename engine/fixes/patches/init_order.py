@@ -31,14 +31,19 @@ def init_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     nn.init.*_(model.module.fc.weight)) becomes the init on the bare model, then the wrap: DDP's constructor then
     broadcasts rank 0's initialised weights to every rank. The statements the lint's P5 check reports; an init that
     reads something assigned between the wrap and itself is left."""
+    if "DistributedDataParallel" not in text and "DDP(" not in text:
+        raise NotApplicable(f"{path}: not a DDP script")
     module = h.parse(text, path)
     moved: list[str] = []
     refused: list[str] = []
 
     def rewrite(stmts, block):
+        if not any(isinstance(s, cst.SimpleStatementLine) and any(
+                h.last(h.call_name(c)) in ("DDP", "DistributedDataParallel") for c in h.calls(s)) for s in stmts):
+            return stmts  # no wrap in this block: nothing to read in it
         parsed = []
         for s in stmts:
-            body = ast.parse(h.code(s.with_changes(leading_lines=())) if hasattr(s, "leading_lines") else h.code(s)).body
+            body = h.ast_stmts(s)
             if len(body) != 1:
                 return stmts  # `a; b` on one line: statements do not map one to one
             parsed.append(body[0])

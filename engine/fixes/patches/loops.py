@@ -14,20 +14,11 @@ def _has_backward(node) -> bool:
     return any(h.last(h.call_name(c)) == "backward" for c in h.calls(node))
 
 
-def _ddp_model(module: cst.Module) -> str | None:
-    for assign in h.m.findall(module, h.m.Assign()):
-        if isinstance(assign.value, cst.Call) and h.last(h.call_name(assign.value)) in ("DDP", "DistributedDataParallel"):
-            name = h.dotted(assign.targets[0].target)
-            if name:
-                return name
-    return None
-
-
 def join_uneven_inputs(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     module = h.parse(text, path)
     if "Join(" in text or "join_uneven_inputs" in text:
         raise NotApplicable(f"{path}: the loop already runs under Join")
-    model = _ddp_model(module)
+    model = next(iter(h.ddp_names(module)), None)
     if model is None:
         raise NotApplicable(f"{path}: no `model = DDP(...)` to join")
     done = []

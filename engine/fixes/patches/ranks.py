@@ -148,14 +148,9 @@ def _undecorate(func: cst.FunctionDef, split) -> cst.FunctionDef:
                              body=func.body.with_changes(body=[*before, *gate, *after]))
 
 
-_WRITES = {"print", "write", "writelines", "save", "dump", "log", "info", "warning", "debug", "add_scalar",
-           "add_scalars", "add_image", "log_dict", "log_metrics", "savefig", "save_pretrained", "open", "makedirs",
-           "mkdir", "upload", "push_to_hub"}
-
-
 def _writes(s) -> bool:
     """A statement that prints, logs or writes something (a side effect one rank is enough for)."""
-    return any(h.last(h.call_name(c)) in _WRITES or h.call_name(c).startswith("wandb.") for c in h.calls(s))
+    return h.first_write(s) is not None
 
 
 def _non_main_test(test) -> bool:

@@ -8,10 +8,6 @@ from gpudoctor.engine.fixes import cst as h
 from gpudoctor.engine.fixes.errors import NotApplicable
 from gpudoctor.engine.lint.checks.d26_model_changed_on_some_ranks import LAYERS, RESHAPERS
 
-# what only rank 0 should do: output, files, trackers. A branch's statements up to the last surgery may not hold any.
-RANK0_WORK = {"print", "save", "save_pretrained", "log", "info", "warning", "write", "mkdir", "makedirs", "dump",
-              "log_metrics", "add_scalar", "upload", "push_to_hub", "init"}
-
 
 def _reshapes(stmt) -> bool:
     if any(h.last(h.call_name(c)) in RESHAPERS for c in h.calls(stmt)):
@@ -21,10 +17,6 @@ def _reshapes(stmt) -> bool:
                 isinstance(t.target, cst.Attribute) for t in assign.targets):
             return True
     return False
-
-
-def _rank0_work(stmt) -> str | None:
-    return next((h.call_name(c) for c in h.calls(stmt) if h.last(h.call_name(c)) in RANK0_WORK), None)
 
 
 def reshape_on_every_rank(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
@@ -55,7 +47,8 @@ def reshape_on_every_rank(text: str, path: str, facts: dict) -> tuple[str, list[
                 out.append(s)
                 continue
             prefix = body[:marks[-1] + 1]
-            work = next((w for w in map(_rank0_work, prefix) if w), None)
+            # output, files and trackers are rank 0's: a branch that writes before its surgery is not moved
+            work = next((w for w in map(h.first_write, prefix) if w), None)
             if work is not None:
                 refused.append(f"`if {test}:` calls {work}() before its surgery, which only rank 0 should do")
                 out.append(s)

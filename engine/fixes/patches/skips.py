@@ -24,14 +24,17 @@ def collective_skip(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
         dist.all_reduce(skip_step, op=dist.ReduceOp.MAX)
         if skip_step.item() > 0: continue
     so every rank skips the same steps and the collectives stay paired. The loops the lint's D20 check reports."""
+    if "DistributedDataParallel" not in text and "DDP(" not in text and "FSDP" not in text and "fully_shard" not in text:
+        raise NotApplicable(f"{path}: not a DDP or FSDP script")
     module = h.parse(text, path)
     dist = h.dist_alias(module)
-    flag = next(n for n in ("skip_step", "skip_this_step", "gd_skip_step") if n not in h.variable_names(module))
+    taken = h.variable_names(module)
+    flag = next(n for n in ("skip_step", "skip_this_step", "gd_skip_step") if n not in taken)
     done: list[str] = []
     refused: list[str] = []
 
     def patch_loop(loop):
-        tree = ast.parse(h.code(loop.with_changes(leading_lines=()))).body[0]
+        tree = h.ast_stmts(loop)[0]
         found = list(rank_local_skips(tree))
         if not found or len(tree.body) != len(loop.body.body):
             return loop
@@ -58,15 +61,11 @@ def collective_skip(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     def rewrite(stmts, block):
         return [patch_loop(s) if isinstance(s, cst.For) and isinstance(s.body, cst.IndentedBlock) else s for s in stmts]
 
-    if "DistributedDataParallel" not in text and "DDP(" not in text and "FSDP" not in text and "fully_shard" not in text:
-        raise NotApplicable(f"{path}: not a DDP or FSDP script")
     module = h.rewrite_bodies(module, rewrite)
     if not done:
         why = f" ({refused[0]})" if refused else ""
         raise NotApplicable(f"{path}: no step skipped on a NaN/inf check before its backward{why}")
-    module = h.add_import(module, "import torch", "torch")
-    if dist == "torch.distributed":
-        module = h.add_import(module, "import torch.distributed", "torch")
+    module = h.add_import(module, "import torch", "torch")  # torch.distributed comes with it
     return module.code, [f"`{done[0]}` is now decided for all ranks (all_reduce with MAX): when any rank sees it, every "
                          "rank skips that step, so the all-reduces stay paired; find why that rank's loss was "
                          "not finite (the batch, the learning rate, fp16 overflow)"]

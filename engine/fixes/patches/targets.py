@@ -42,7 +42,7 @@ def move_targets(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
 
 
 def _patched(loop: cst.For, moved: list[str]) -> cst.For:
-    tree = ast.parse(h.code(loop.with_changes(leading_lines=()))).body[0]
+    tree = h.ast_stmts(loop)[0]
     found = list(left_targets(tree))
     if not found:
         return loop

@@ -6,6 +6,7 @@ import ast
 from gpudoctor.engine.lint.model import Check, Hit
 
 SETTERS = ("state_dict_type", "set_state_dict_type")
+STATE_CALLS = ("state_dict", "optim_state_dict", "full_optim_state_dict")  # what takes a state dict
 
 
 def full_without_offload(call: ast.Call) -> bool:
@@ -32,7 +33,7 @@ def saves(region: list[ast.AST]) -> bool:
     save, not a full state dict being loaded (which runs no gather)."""
     names = {node.func.attr for part in region for node in ast.walk(part)
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
-    return bool(names & {"state_dict", "optim_state_dict", "full_optim_state_dict"}) and not any(
+    return bool(names & set(STATE_CALLS)) and not any(
         "load" in name for name in names)
 
 

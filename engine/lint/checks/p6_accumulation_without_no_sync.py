@@ -38,5 +38,10 @@ class AccumulationWithoutNoSync(Check):
 
 
 def _optimizer(site) -> bool:
-    recv = (site.recv or site.recv_last or "").lower()
+    return optimizer_receiver(site.recv or site.recv_last or "")
+
+
+def optimizer_receiver(recv: str) -> bool:
+    """Whether `<recv>.step()` steps an optimizer (or a grad scaler), not a scheduler."""
+    recv = recv.lower()
     return ("optim" in recv or recv.endswith("opt") or "scaler" in recv) and "sched" not in recv
