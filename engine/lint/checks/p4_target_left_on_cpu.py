@@ -38,17 +38,10 @@ def loop_names(target: ast.AST) -> list[str]:
     return []
 
 
-def moved(node: ast.AST, name: str) -> ast.Call | None:
-    """The first `name.to(...)` / `name.cuda(...)` call under node."""
-    for call in ast.walk(node):
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in MOVES \
-                and isinstance(call.func.value, ast.Name) and call.func.value.id == name:
-            return call
-    return None
-
-
 def _is_loss_call(call: ast.Call) -> bool:
-    return any(word in ast.unparse(call.func).lower().rsplit(".", 1)[-1] for word in LOSS_WORDS)
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    return any(word in name.lower() for word in LOSS_WORDS)
 
 
 def left_targets(loop: ast.For):
@@ -56,21 +49,29 @@ def left_targets(loop: ast.For):
     names = loop_names(loop.target)
     if len(names) < 2 or not over_batches(loop.iter):
         return
-    body = ast.Module(body=loop.body, type_ignores=[])
-    moves = {n: moved(body, n) for n in names}
-    sibling = next((m for m in moves.values() if m is not None), None)
+    moves: dict[str, ast.Call] = {}  # name -> its first `name.to(...)` / `name.cuda(...)`
+    reassigned: set[str] = set()
+    calls: list[ast.Call] = []
+    for node in ast.walk(ast.Module(body=loop.body, type_ignores=[])):  # one pass over the body
+        if isinstance(node, ast.Call):
+            calls.append(node)
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in MOVES and isinstance(func.value, ast.Name):
+                moves.setdefault(func.value.id, node)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            reassigned |= {t.id for t in targets if isinstance(t, ast.Name)}
+    sibling = next((moves[n] for n in names if n in moves), None)
     if sibling is None:
         return  # nothing moved: a CPU loop, or a model that moves its own inputs
-    reassigned = {t.id for node in ast.walk(body) if isinstance(node, (ast.Assign, ast.AugAssign))
-                  for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    losses = [c for c in calls if _is_loss_call(c)]
     for name in names:
-        if moves[name] is not None or name in reassigned:
+        if name in moves or name in reassigned:
             continue
-        for call in ast.walk(body):
-            if isinstance(call, ast.Call) and _is_loss_call(call) and any(
-                    isinstance(a, ast.Name) and a.id == name for a in [*call.args, *(k.value for k in call.keywords)]):
-                yield name, call, sibling
-                break
+        call = next((c for c in losses if any(isinstance(a, ast.Name) and a.id == name
+                                               for a in [*c.args, *(k.value for k in c.keywords)])), None)
+        if call is not None:
+            yield name, call, sibling
 
 
 class TargetLeftOnCPU(Check):
