@@ -469,21 +469,37 @@ def test_the_earliest_desynced_opcount_is_reported_whichever_processes_diverge(c
 
 def test_a_healthy_combined_log_of_many_processes_is_read_in_time_linear_in_its_calls(catalog):
     # 256 processes x 100 collectives that all agree: comparing every pair of processes (the old way) costs
-    # 32,640 pairs x 100 opCounts; grouping by opCount reads each call once. Bounded against the cost of merely
-    # parsing the same lines, measured here.
+    # 32,640 pairs x 100 opCounts, over a hundred times the parse; grouping by opCount reads each call once (about
+    # 2-3x the parse here). Bounded against the cost of merely parsing the same lines, measured here: best of three,
+    # with the objects already alive frozen out of the collector's view (late in a full run pytest's heap made the
+    # rule's dict building trigger slow full collections: one CI run measured 10x on a single timing)
+    import gc
     import time
 
     from gpudoctor.engine.nccl_rules import _COLL_CALL, _COLL_COMM, coll_desync_rule
 
     text = "\n".join(_coll(1000 + p, p % 8, "AllReduce", c, hex(0x5000 + p), 256) for c in range(100) for p in range(256))
-    started = time.process_time()
     assert coll_desync_rule(text, "all.log") == []
-    took = time.process_time() - started
-    started = time.process_time()
+
+    def best(fn):
+        gc.collect()
+        gc.freeze()
+        try:
+            times = []
+            for _ in range(3):
+                started = time.process_time()
+                fn()
+                times.append(time.process_time() - started)
+        finally:
+            gc.unfreeze()
+        return min(times)
+
     parsed = [(m := _COLL_CALL.search(line)) and _COLL_COMM.search(line, m.end()) for line in text.splitlines()]
-    parse = time.process_time() - started
     assert all(parsed)
-    assert took < 8 * parse + 0.05, (took, parse)
+    took = best(lambda: coll_desync_rule(text, "all.log"))
+    parse = best(lambda: [(m := _COLL_CALL.search(line)) and _COLL_COMM.search(line, m.end())
+                          for line in text.splitlines()])
+    assert took < 12 * parse + 0.05, (took, parse)
 
 
 @pytest.mark.parametrize("lines", [
