@@ -103,8 +103,10 @@ FIX_TRANSFORMS = {
               "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",
               "low-cpu-mem-usage", "trainer-ddp-timeout", "move-before-ddp", "distributed-sampler",
               "accumulation-no-sync", "fsdp-reduce-dtype", "full-state-dict-offload", "fsdp-auto-wrap",
-              "move-targets", "init-before-ddp", "reshape-on-every-rank", "collective-skip"),
-    "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage"),
+              "move-targets", "init-before-ddp", "reshape-on-every-rank", "collective-skip",
+              "fsdp-sharding-strategy"),
+    "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage",
+               "accelerate-fsdp-strategy"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.
 FIX_FACTS = {
@@ -125,6 +127,7 @@ FIX_FACTS = {
     "elastic_timeout": "seconds Horovod's elastic driver waits for enough workers (HOROVOD_ELASTIC_TIMEOUT)",
     "dump_prefix": "path prefix of the NCCL flight recorder's per-rank dump files",
     "min_num_params": "smallest parameter count of a submodule FSDP's size-based policy makes its own unit",
+    "sharding_strategy": "the FSDP sharding strategy to switch to (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, ...)",
 }
 
 

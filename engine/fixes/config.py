@@ -184,9 +184,16 @@ def ds_zero_stage(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     return step(text, path, facts)
 
 
+def accelerate_fsdp_strategy(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    from gpudoctor.engine.fixes.fsdp_config import accelerate_fsdp_strategy as edit  # D13's strategies live there
+
+    return edit(text, path, facts)
+
+
 CONFIG_EDITS = {
     "ds-auto": ds_auto,
     "ds-drop-global-batch": ds_drop_global_batch,
     "accelerate-multi-gpu": accelerate_multi_gpu,
     "ds-zero-stage": ds_zero_stage,
+    "accelerate-fsdp-strategy": accelerate_fsdp_strategy,
 }

@@ -201,6 +201,23 @@ def add_import(module: cst.Module, line: str, provides: str) -> cst.Module:
     return module.with_changes(body=body[:at] + [cst.parse_statement(line + "\n")] + body[at:])
 
 
+def add_from_import(module: cst.Module, package: str, name: str) -> cst.Module:
+    """`name` joins the script's own top-level `from package import ...` line when it has one, else a new line."""
+    if name in imported_names(module):
+        return module
+    body = list(module.body)
+    for i, s in enumerate(body):
+        imp = s.body[0] if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 else None
+        if (isinstance(imp, cst.ImportFrom) and not imp.relative and imp.module is not None
+                and dotted(imp.module) == package and not isinstance(imp.names, cst.ImportStar)):
+            names = list(imp.names)
+            names[-1] = names[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            new = imp.with_changes(names=[*names, cst.ImportAlias(name=cst.Name(name))])
+            body[i] = s.with_changes(body=[new])
+            return module.with_changes(body=body)
+    return add_import(module, f"from {package} import {name}", name)
+
+
 def stmt(code: str) -> cst.BaseStatement:
     return cst.parse_statement(code if code.endswith("\n") else code + "\n")
 

@@ -12,7 +12,7 @@ from gpudoctor.engine.fixes.model import SAFETY_ORDER, FileEdit, FixPlan, Planne
 _NEEDS = {"command": "--cmd \"...\" (the launch command)", "patch": "--script train.py", "config": "--config FILE"}
 BOM = "\ufeff"
 _CONFIG_TYPES = {"ds-auto": (".json",), "ds-drop-global-batch": (".json",), "accelerate-multi-gpu": (".yaml", ".yml"),
-                 "ds-zero-stage": (".json",)}
+                 "ds-zero-stage": (".json",), "accelerate-fsdp-strategy": (".yaml", ".yml")}
 
 
 def read_text(path: str, what: str) -> str | None:

@@ -106,3 +106,26 @@ def test_d20_a_skip_on_one_rank_hangs_the_group_before_the_fix_and_every_rank_sk
     # after: the same poisoned batch, now skipped by both ranks (a longer timeout, so load alone cannot fail them)
     found = _found(after, r"finished after (\d+) steps checksum (\S+)", {"TRAIN_DIST_TIMEOUT": "60"})
     assert [f.group(1) for f in found] == ["5", "5"] and found[0].group(2) == found[1].group(2)
+
+
+def test_d13_shard_grad_op_gathers_each_unit_once_per_step_where_full_shard_gathered_twice(tmp_path):
+    from gpudoctor.engine.fixes import plan_fix
+    from gpudoctor.engine.fixes.apply import apply_plan
+    from gpudoctor.kb.catalog import load_catalog
+
+    before = DATA / "D13" / "gloo_gathers.py"
+    after = tmp_path / "gloo_gathers.py"
+    after.write_text(before.read_text())
+    plan = plan_fix(load_catalog(use_cache=False), "D13", script=str(after), facts={"sharding_strategy": "SHARD_GRAD_OP"})
+    assert apply_plan(plan, state_dir=tmp_path / "state").written == ()  # unsafe: not without --unsafe
+    assert apply_plan(plan, unsafe=True, state_dir=tmp_path / "state").written == (str(after),)
+
+    def gathers_and_loss(script):
+        return [(int(f.group(1)), f.group(2)) for f in _found(script, r"gathers (\d+) loss (\S+)")]
+
+    full = gathers_and_loss(before)
+    # FULL_SHARD (FSDP's default): 5 units gathered in forward, the 4 non-root ones again in backward
+    assert [g for g, _ in full] == [9, 9]
+    grad_op = gathers_and_loss(after)
+    assert [g for g, _ in grad_op] == [5, 5]  # parameters kept whole from forward to backward
+    assert [loss for _, loss in grad_op] == [loss for _, loss in full]  # the same model, computed the same

@@ -29,6 +29,7 @@ PATCHES = {
     "init-before-ddp": "init_order:init_before_ddp",
     "reshape-on-every-rank": "reshape:reshape_on_every_rank",
     "collective-skip": "skips:collective_skip",
+    "fsdp-sharding-strategy": "sharding:fsdp_sharding_strategy",
 }
 
 
