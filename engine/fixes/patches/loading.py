@@ -12,6 +12,19 @@ from gpudoctor.engine.fixes.errors import NotApplicable
 # tokenizers, configs, processors and PEFT adapters load no full model
 _MODEL_CLASS = re.compile(r"(?:^|\.)(?:Auto\w*Model\w*|\w+For[A-Z]\w*|\w*[a-z0-9]Model)$")
 _NOT_A_MODEL = re.compile(r"Tokenizer|Config|Processor|FeatureExtractor|Peft", re.IGNORECASE)
+# transformers 4.51 dropped the flag (from_pretrained pops and ignores it): every load is the low-memory one
+LOADS_LOW_FROM = (4, 51)
+
+
+def installed_transformers() -> tuple[int, ...] | None:
+    """The version of transformers installed beside gpudoctor (read from its metadata, never imported), if any."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = re.match(r"(\d+)\.(\d+)", version("transformers"))
+    except (PackageNotFoundError, ValueError):
+        return None
+    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 def low_cpu_mem_usage(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
@@ -42,4 +55,9 @@ def low_cpu_mem_usage(text: str, path: str, facts: dict) -> tuple[str, list[str]
     if float32:
         notes.append(f"{', '.join(dict.fromkeys(float32))} still loads in float32: torch_dtype=torch.bfloat16 (the "
                      "training dtype) halves what each rank holds")
+    installed = installed_transformers()
+    if installed is not None and installed >= LOADS_LOW_FROM:
+        notes.append(f"the transformers installed here ({installed[0]}.{installed[1]}) ignores the flag: from 4.51 "
+                     "every load is the low-memory one, so on this version the peak comes from elsewhere (the dtype, "
+                     "or each rank loading at once); the flag matters where the job runs transformers 4.50 or older")
     return module.code, notes
