@@ -32,6 +32,9 @@ _WORDS = {
     "微调": "fine-tune", "梯度": "gradient", "勾配": "gradient", "그래디언트": "gradient", "参数": "parameter",
     "未使用": "unused", "同步": "sync", "不同步": "out of sync", "不一致": "mismatch", "混合精度": "mixed precision",
     "数据加载": "dataloader", "批次": "batch", "学习率": "learning rate", "学習率": "learning rate",
+    "精度": "accuracy", "精確度": "accuracy", "准确率": "accuracy", "精度下降": "accuracy drops",
+    "双卡": "multi gpu", "两张卡": "multi gpu", "多张卡": "multi gpu", "不同": "different", "差距": "different",
+    "数据并行": "data parallel", "全参数": "full fine-tune", "多线程": "thread", "数据": "data",
     "负载不均": "imbalance", "不均衡": "imbalance", "利用率": "utilization", "环境变量": "environment variable",
     "初始化": "init", "初期化": "init", "초기화": "init", "通信": "communication", "통신": "communication",
     # checkpoints and logs
