@@ -104,7 +104,7 @@ FIX_TRANSFORMS = {
               "low-cpu-mem-usage", "trainer-ddp-timeout", "move-before-ddp", "distributed-sampler",
               "accumulation-no-sync", "fsdp-reduce-dtype", "full-state-dict-offload", "fsdp-auto-wrap",
               "move-targets", "init-before-ddp", "reshape-on-every-rank", "collective-skip",
-              "fsdp-sharding-strategy"),
+              "fsdp-sharding-strategy", "lr-scale-world-size"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage",
                "accelerate-fsdp-strategy"),
 }
@@ -128,6 +128,7 @@ FIX_FACTS = {
     "dump_prefix": "path prefix of the NCCL flight recorder's per-rank dump files",
     "min_num_params": "smallest parameter count of a submodule FSDP's size-based policy makes its own unit",
     "sharding_strategy": "the FSDP sharding strategy to switch to (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, ...)",
+    "lr_scaling": "how the learning rate follows the number of processes: linear (default) or sqrt",
 }
 
 

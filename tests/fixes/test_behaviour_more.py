@@ -129,3 +129,24 @@ def test_d13_shard_grad_op_gathers_each_unit_once_per_step_where_full_shard_gath
     grad_op = gathers_and_loss(after)
     assert [g for g, _ in grad_op] == [5, 5]  # parameters kept whole from forward to backward
     assert [loss for _, loss in grad_op] == [loss for _, loss in full]  # the same model, computed the same
+
+
+def test_d11_two_ranks_step_with_twice_the_lr_after_the_fix(tmp_path):
+    from gpudoctor.engine.fixes import plan_fix
+    from gpudoctor.engine.fixes.apply import apply_plan
+    from gpudoctor.kb.catalog import load_catalog
+
+    before = DATA / "D11" / "gloo_lr.py"
+    after = tmp_path / "gloo_lr.py"
+    after.write_text(before.read_text())
+    plan = plan_fix(load_catalog(use_cache=False), "D11", script=str(after))
+    assert apply_plan(plan, unsafe=True, state_dir=tmp_path / "state").written == (str(after),)
+
+    def lr_and_move(script):
+        return [(float(f.group(1)), float(f.group(2))) for f in _found(script, r" lr (\S+) moved (\S+)")]
+
+    old, new = lr_and_move(before), lr_and_move(after)
+    assert [lr for lr, _ in old] == [0.05, 0.05]
+    assert [lr for lr, _ in new] == [0.1, 0.1]  # world size 2
+    for (_, a), (_, b) in zip(old, new):  # the same averaged gradient, a step twice as long
+        assert abs(b - 2 * a) < 1e-5

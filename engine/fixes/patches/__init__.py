@@ -30,6 +30,7 @@ PATCHES = {
     "reshape-on-every-rank": "reshape:reshape_on_every_rank",
     "collective-skip": "skips:collective_skip",
     "fsdp-sharding-strategy": "sharding:fsdp_sharding_strategy",
+    "lr-scale-world-size": "lr_scale:lr_scale_world_size",
 }
 
 
