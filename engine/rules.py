@@ -5,7 +5,6 @@ import re
 
 from gpudoctor.engine.findings import Evidence, Finding
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
-from gpudoctor.engine.textfind import line_at
 from gpudoctor.engine.zero_setup import SETUP_FRAME  # ZeRO's optimizer-state set-up, by its frames' names
 from gpudoctor.kb.record import record, replace
 
@@ -200,70 +199,6 @@ def zero_oom_hint(lines: list[str], file: str, first_line: int) -> Verdict | Non
         Evidence(file, first_line + zero, lines[zero], "hint:oom-under-zero")), score=0.6, tier="possible")
 
 
-# torch's device check (TensorIterator / checkAllSameGPU), two wordings: "but found at least two devices, cuda:1 and
-# cuda:0!" (1.7-2.2) and "but got target is on cuda:1, different from other tensors on cuda:0" (2.3 on)
-_TWO_DEVICES = _lazy(r"Expected all tensors to be on the same device, but (?:found at least two devices, "
-                          r"(?P<a>[\w:]+) and (?P<b>[\w:]+)|got \w+ is on (?P<c>[\w:]+), different from other tensors "
-                          r"on (?P<d>[\w:]+))")
-# anything that says more than one process trained: rank prefixes, launchers, DDP, process groups
-_SEVERAL_PROCESSES = _lazy(r"^\[(?:rank|RANK|Rank) ?\d+\]|\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>|"
-                                r"ChildFailedError|ProcessRaisedException|torch\.multiprocessing|\btorchrun\b|"
-                                r"torch\.distributed|torch/distributed|DistributedDataParallel|\bDDP\b|\bLOCAL_RANK\b|"
-                                r"local_rank|init_process_group|accelerate launch|deepspeed|horovod|world_size",
-                                re.MULTILINE)
-# a model spread over GPUs by one process: accelerate's big-model dispatch (hooks.py moves each layer's inputs),
-# device_map, or the loss computed inside a transformers model's own forward (modeling_*.py), where logits and labels
-# come from one batch and only a split model puts them on two GPUs
-_SPLIT_MODEL = _lazy(r"modeling_\w+\.py|accelerate[/\\]hooks\.py|device_map|dispatch_model|big_modeling")
-
-
-def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
-    """A loss argument on one GPU and the rest on another, raised inside a model that one process spread over GPUs
-    (device_map, accelerate's dispatch, a transformers model computing its own loss), in a log with no sign of a
-    second process: the output and labels sit apart because of the split. That is not P4, which is about DDP ranks:
-    P4 is ruled out and the note says what it is instead."""
-    if "Expected all tensors" not in text:
-        return []
-    for line_no, line in enumerate(text.splitlines(), 1):
-        m = _TWO_DEVICES.search(line)
-        if m is None:
-            continue
-        devices = {d for d in m.group("a", "b", "c", "d") if d}
-        if (not all(d.startswith("cuda") for d in devices) or len(devices) < 2 or _SEVERAL_PROCESSES.search(text)
-                or not _SPLIT_MODEL.search(text)):
-            return []
-        return [Verdict("P4", "rule:two-gpus-one-process", (Evidence(file, line_no, line, "rule:two-gpus-one-process"),),
-                        rule_out=True,
-                        note=f"not P4: line {line_no} names two GPUs ({' and '.join(sorted(devices))}) and nothing in "
-                             f"the log shows a second process; one process spread the model over GPUs (device_map, "
-                             f"model parallel), so move the labels to the device of the output they are compared with")]
-    return []
-
-
-# DDP's device_ids check (torch/nn/parallel/distributed.py) fails for a module on the CPU (P2) and for one that a
-# device_map spread over several GPUs; the parameter set it prints tells them apart, even across a wrapped line
-_DEVICE_IDS_CHECK = _lazy(r"device_ids and output_device arguments\s+only work with single-device[\s\S]{0,300}?"
-                               r"module\s+parameters\s+\{(?P<devices>[^}]*)\}")
-_CUDA_INDEX = _lazy(r"device\(type='cuda',\s*index=(\d+)\)")
-
-
-def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
-    """DDP's device_ids check whose module parameters lie on two or more GPUs: a model split over GPUs, not P2."""
-    if "only work with single-device" not in text:
-        return []
-    for m in _DEVICE_IDS_CHECK.finditer(text):
-        gpus = set(_CUDA_INDEX.findall(m.group("devices")))
-        if len(gpus) < 2:
-            continue
-        line_no, line = line_at(text, m.start())
-        return [Verdict("P2", "rule:multi-device-module", (Evidence(file, line_no, line, "rule:multi-device-module"),),
-                        rule_out=True,
-                        note=f"not P2: line {line_no} shows the module's parameters on {len(gpus)} GPUs; a model spread "
-                             f"over GPUs (device_map) takes no device_ids: pass device_ids=None, or load the whole "
-                             f"model on this rank's GPU")]
-    return []
-
-
 # --- every input -----------------------------------------------------------------------------------
 
 _TRIGGER = _lazy("|".join(r.pattern for r in (_OOM, _LOAD_MISMATCH, _INVALID_ORDINAL, _READY_TWICE)))
@@ -318,6 +253,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.ds_no_sync import no_sync_rule
     from gpudoctor.engine.ordinal_rules import accelerate_modulo_rule, one_node_ordinal_rule
     from gpudoctor.engine.nccl_tests import stopped_tests_rule
+    from gpudoctor.engine.device_rules import device_rules
     from gpudoctor.engine.gpu_table import stacked_processes_rule
     from gpudoctor.engine.port_rules import bind_errno_rule
     from gpudoctor.engine.shm_rules import shm_rules
@@ -337,8 +273,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(error_trace_rule(whole, scan.name))
             verdicts.extend(first_collective_rule(whole, scan.name))
             verdicts.extend(shm_rules(whole, scan.name))
-            verdicts.extend(two_gpus_one_process_rule(whole, scan.name))
-            verdicts.extend(multi_device_module_rule(whole, scan.name))
+            verdicts.extend(device_rules(whole, scan.name))
             verdicts.extend(zero_setup_rule(whole, scan.name))
             verdicts.extend(sharded_load_rule(whole, scan.name))
             verdicts.extend(auto_float_rule(whole, scan.name))

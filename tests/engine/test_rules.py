@@ -857,3 +857,25 @@ def test_a_refused_shm_segment_rules_d24_out_even_against_the_error_trace_hint(c
     full = refused.replace("Call to shm_open failed : Permission denied", "Call to posix_fallocate failed : "
                                                                           "No space left on device")
     assert [f.id for f in run(catalog, full).findings if f.tier == "match"][:1] == ["D24"]
+
+
+@pytest.mark.parametrize("frame, code, ruled_out", [
+    # a rotary table inside a transformers model: the model's own tensor is on the CPU
+    ('  File "/usr/lib/python3/site-packages/transformers/models/llama/modeling_llama.py", line 160, in '
+     "apply_rotary_pos_emb", "    q_embed = (q * cos) + (rotate_half(q) * sin)", True),
+    # the loss a transformers model computes from the labels it was given: the labels may be the user's (P4 stays)
+    ('  File "/usr/lib/python3/site-packages/transformers/models/llama/modeling_llama.py", line 1210, in forward',
+     "    loss = loss_fct(shift_logits, shift_labels)", False),
+    # the user's own loss function
+    ('  File "/work/train.py", line 88, in compute_loss', "    return F.cross_entropy(logits, target)", False),
+])
+def test_a_cpu_tensor_inside_the_model_code_is_not_p4(frame, code, ruled_out):
+    from gpudoctor.engine.device_rules import model_internal_tensor_rule
+
+    text = "\n".join(["Traceback (most recent call last):", frame, code,
+                      "RuntimeError: Expected all tensors to be on the same device, but found at least two devices, "
+                      "cuda:0 and cpu!"])
+    verdicts = model_internal_tensor_rule(text, "rank0.log")
+    assert [(v.entry, v.rule_out) for v in verdicts] == ([("P4", True)] if ruled_out else [])
+    if ruled_out:
+        assert "modeling_llama.py" in verdicts[0].note and verdicts[0].evidence[0].line == 4

@@ -1,0 +1,119 @@
+"""Device-mismatch errors told apart by where they were raised: a model one process spread over GPUs (not P4), a
+module on several GPUs handed to DDP with device_ids (not P2), a tensor the model's own code keeps on the CPU (not
+P4)."""
+from __future__ import annotations
+
+import re
+
+from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.rules import Verdict
+from gpudoctor.engine.textfind import line_at
+
+# torch's device check (TensorIterator / checkAllSameGPU), two wordings: "but found at least two devices, cuda:1 and
+# cuda:0!" (1.7-2.2) and "but got target is on cuda:1, different from other tensors on cuda:0" (2.3 on)
+_TWO_DEVICES = _lazy(r"Expected all tensors to be on the same device, but (?:found at least two devices, "
+                          r"(?P<a>[\w:]+) and (?P<b>[\w:]+)|got \w+ is on (?P<c>[\w:]+), different from other tensors "
+                          r"on (?P<d>[\w:]+))")
+# anything that says more than one process trained: rank prefixes, launchers, DDP, process groups
+_SEVERAL_PROCESSES = _lazy(r"^\[(?:rank|RANK|Rank) ?\d+\]|\[default\d+\]:|\[\d+,\d+\]<std(?:out|err)>|"
+                                r"ChildFailedError|ProcessRaisedException|torch\.multiprocessing|\btorchrun\b|"
+                                r"torch\.distributed|torch/distributed|DistributedDataParallel|\bDDP\b|\bLOCAL_RANK\b|"
+                                r"local_rank|init_process_group|accelerate launch|deepspeed|horovod|world_size",
+                                re.MULTILINE)
+# a model spread over GPUs by one process: accelerate's big-model dispatch (hooks.py moves each layer's inputs),
+# device_map, or the loss computed inside a transformers model's own forward (modeling_*.py), where logits and labels
+# come from one batch and only a split model puts them on two GPUs
+_SPLIT_MODEL = _lazy(r"modeling_\w+\.py|accelerate[/\\]hooks\.py|device_map|dispatch_model|big_modeling")
+
+
+def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
+    """A loss argument on one GPU and the rest on another, raised inside a model that one process spread over GPUs
+    (device_map, accelerate's dispatch, a transformers model computing its own loss), in a log with no sign of a
+    second process: the output and labels sit apart because of the split. That is not P4, which is about DDP ranks:
+    P4 is ruled out and the note says what it is instead."""
+    if "Expected all tensors" not in text:
+        return []
+    for line_no, line in enumerate(text.splitlines(), 1):
+        m = _TWO_DEVICES.search(line)
+        if m is None:
+            continue
+        devices = {d for d in m.group("a", "b", "c", "d") if d}
+        if (not all(d.startswith("cuda") for d in devices) or len(devices) < 2 or _SEVERAL_PROCESSES.search(text)
+                or not _SPLIT_MODEL.search(text)):
+            return []
+        return [Verdict("P4", "rule:two-gpus-one-process", (Evidence(file, line_no, line, "rule:two-gpus-one-process"),),
+                        rule_out=True,
+                        note=f"not P4: line {line_no} names two GPUs ({' and '.join(sorted(devices))}) and nothing in "
+                             f"the log shows a second process; one process spread the model over GPUs (device_map, "
+                             f"model parallel), so move the labels to the device of the output they are compared with")]
+    return []
+
+
+# DDP's device_ids check (torch/nn/parallel/distributed.py) fails for a module on the CPU (P2) and for one that a
+# device_map spread over several GPUs; the parameter set it prints tells them apart, even across a wrapped line
+_DEVICE_IDS_CHECK = _lazy(r"device_ids and output_device arguments\s+only work with single-device[\s\S]{0,300}?"
+                               r"module\s+parameters\s+\{(?P<devices>[^}]*)\}")
+_CUDA_INDEX = _lazy(r"device\(type='cuda',\s*index=(\d+)\)")
+
+
+def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
+    """DDP's device_ids check whose module parameters lie on two or more GPUs: a model split over GPUs, not P2."""
+    if "only work with single-device" not in text:
+        return []
+    for m in _DEVICE_IDS_CHECK.finditer(text):
+        gpus = set(_CUDA_INDEX.findall(m.group("devices")))
+        if len(gpus) < 2:
+            continue
+        line_no, line = line_at(text, m.start())
+        return [Verdict("P2", "rule:multi-device-module", (Evidence(file, line_no, line, "rule:multi-device-module"),),
+                        rule_out=True,
+                        note=f"not P2: line {line_no} shows the module's parameters on {len(gpus)} GPUs; a model spread "
+                             f"over GPUs (device_map) takes no device_ids: pass device_ids=None, or load the whole "
+                             f"model on this rank's GPU")]
+    return []
+
+
+# the innermost frame of a traceback, as Python prints it: File "path", line N, in function
+_FRAME = _lazy(r'^\s*(?:\[\w\s]+\]:\s*)?File "(?P<path>[^"]+)", line \d+, in (?P<func>\w+)')
+# a model's own code: a transformers model (installed, or remote code under transformers_modules), or a modeling file
+_MODEL_CODE = _lazy(r"(?:^|[/\\])modeling_\w+\.py$|[/\\]transformers[/\\]models[/\\]|[/\\]transformers_modules[/\\]")
+_LOSS_WORDS = _lazy(r"loss|criterion|label|target", re.IGNORECASE)
+FRAME_LOOK_BACK = 4  # lines between the innermost frame and its error line (the code line, a caret line)
+
+
+def model_internal_tensor_rule(text: str, file: str) -> list[Verdict]:
+    """A cuda-versus-cpu device mismatch raised inside a model's own code, on a line that is no loss or label: a
+    tensor the model made or keeps (a rotary cos/sin table, a position buffer, an offloaded weight) is on the CPU,
+    which moving the targets does not change: P4 is ruled out. Every such error line whose innermost frame shows must
+    be in model code."""
+    if "Expected all tensors" not in text:
+        return []
+    lines = text.splitlines()
+    inside: list[tuple[int, str, str]] = []
+    for at, line in enumerate(lines):
+        m = _TWO_DEVICES.search(line)
+        if m is None or "cpu" not in {d for d in m.group("a", "b", "c", "d") if d}:
+            continue
+        frame = next((k for k in range(at - 1, max(-1, at - 1 - FRAME_LOOK_BACK), -1) if _FRAME.search(lines[k])), None)
+        if frame is None:
+            continue
+        where = _FRAME.search(lines[frame])
+        code = " ".join(lines[frame + 1: at])
+        if not _MODEL_CODE.search(where.group("path")) or _LOSS_WORDS.search(code + where.group("func")):
+            return []
+        inside.append((at, where.group("path").replace("\\", "/").rsplit("/", 1)[-1], where.group("func")))
+    if not inside:
+        return []
+    at, name, func = inside[0]
+    return [Verdict("P4", "rule:model-internal-tensor", (Evidence(file, at + 1, lines[at], "rule:model-internal-tensor"),),
+                    rule_out=True,
+                    note=f"not P4: line {at + 1} is raised inside the model's own code ({name}, in {func}), not where a "
+                         f"loss meets its targets: a tensor the model makes or keeps is on the CPU (a buffer left "
+                         f"behind by offload or device_map, or model code that does not match the installed library "
+                         f"versions)")]
+
+
+def device_rules(text: str, file: str) -> list[Verdict]:
+    return two_gpus_one_process_rule(text, file) + multi_device_module_rule(text, file) + \
+        model_internal_tensor_rule(text, file)
