@@ -42,11 +42,10 @@ def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
         if (not all(d.startswith("cuda") for d in devices) or len(devices) < 2 or _SEVERAL_PROCESSES.search(text)
                 or not _SPLIT_MODEL.search(text)):
             return []
-        return [Verdict("P4", "rule:two-gpus-one-process", (Evidence(file, line_no, line, "rule:two-gpus-one-process"),),
-                        rule_out=True,
-                        note=f"not P4: line {line_no} names two GPUs ({' and '.join(sorted(devices))}) and nothing in "
-                             f"the log shows a second process; one process spread the model over GPUs (device_map, "
-                             f"model parallel), so move the labels to the device of the output they are compared with")]
+        return _ruled_out("P4", "rule:two-gpus-one-process", file, line_no, line,
+                          f"not P4: line {line_no} names two GPUs ({' and '.join(sorted(devices))}) and nothing in "
+                          f"the log shows a second process; one process spread the model over GPUs (device_map, "
+                          f"model parallel), so move the labels to the device of the output they are compared with")
     return []
 
 
@@ -66,11 +65,10 @@ def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
         if len(gpus) < 2:
             continue
         line_no, line = line_at(text, m.start())
-        return [Verdict("P2", "rule:multi-device-module", (Evidence(file, line_no, line, "rule:multi-device-module"),),
-                        rule_out=True,
-                        note=f"not P2: line {line_no} shows the module's parameters on {len(gpus)} GPUs; a model spread "
-                             f"over GPUs (device_map) takes no device_ids: pass device_ids=None, or load the whole "
-                             f"model on this rank's GPU")]
+        return _ruled_out("P2", "rule:multi-device-module", file, line_no, line,
+                          f"not P2: line {line_no} shows the module's parameters on {len(gpus)} GPUs; a model spread "
+                          f"over GPUs (device_map) takes no device_ids: pass device_ids=None, or load the whole model "
+                          f"on this rank's GPU")
     return []
 
 
@@ -106,12 +104,15 @@ def model_internal_tensor_rule(text: str, file: str) -> list[Verdict]:
     if not inside:
         return []
     at, name, func = inside[0]
-    return [Verdict("P4", "rule:model-internal-tensor", (Evidence(file, at + 1, lines[at], "rule:model-internal-tensor"),),
-                    rule_out=True,
-                    note=f"not P4: line {at + 1} is raised inside the model's own code ({name}, in {func}), not where a "
-                         f"loss meets its targets: a tensor the model makes or keeps is on the CPU (a buffer left "
-                         f"behind by offload or device_map, or model code that does not match the installed library "
-                         f"versions)")]
+    return _ruled_out("P4", "rule:model-internal-tensor", file, at + 1, lines[at],
+                      f"not P4: line {at + 1} is raised inside the model's own code ({name}, in {func}), not where a "
+                      f"loss meets its targets: a tensor the model makes or keeps is on the CPU (a buffer left behind "
+                      f"by offload or device_map, or model code that does not match the installed library versions)")
+
+
+def _ruled_out(entry: str, rule: str, file: str, line_no: int, line: str, note: str) -> list[Verdict]:
+    """The entry ruled out by the error on this line, with the note that says what it is instead."""
+    return [Verdict(entry, rule, (Evidence(file, line_no, line, rule),), rule_out=True, note=note)]
 
 
 def device_rules(text: str, file: str) -> list[Verdict]:
