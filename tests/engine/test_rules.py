@@ -473,26 +473,16 @@ def test_a_healthy_combined_log_of_many_processes_is_read_in_time_linear_in_its_
     # 2-3x the parse here). Bounded against the cost of merely parsing the same lines, measured here: best of three,
     # with the objects already alive frozen out of the collector's view (late in a full run pytest's heap made the
     # rule's dict building trigger slow full collections: one CI run measured 10x on a single timing)
-    import gc
     import time
 
+    from besttime import best_of
     from gpudoctor.engine.nccl_rules import _COLL_CALL, _COLL_COMM, coll_desync_rule
 
     text = "\n".join(_coll(1000 + p, p % 8, "AllReduce", c, hex(0x5000 + p), 256) for c in range(100) for p in range(256))
     assert coll_desync_rule(text, "all.log") == []
 
     def best(fn):
-        gc.collect()
-        gc.freeze()
-        try:
-            times = []
-            for _ in range(3):
-                started = time.process_time()
-                fn()
-                times.append(time.process_time() - started)
-        finally:
-            gc.unfreeze()
-        return min(times)
+        return best_of(fn, clock=time.process_time)
 
     parsed = [(m := _COLL_CALL.search(line)) and _COLL_COMM.search(line, m.end()) for line in text.splitlines()]
     assert all(parsed)

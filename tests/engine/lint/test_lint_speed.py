@@ -1,12 +1,12 @@
 """Speed floors for `gpudoctor lint` (bench/lint_speed.py has the full targets; these sit well under them)."""
 from __future__ import annotations
 
-import gc
 import importlib.util
 import py_compile
 import time
 from pathlib import Path
 
+from besttime import best_of
 from gpudoctor.engine.lint import lint_paths
 
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "lint_speed.py"
@@ -20,20 +20,8 @@ def _make_script():
 
 
 def _best(fn, repeat=3):
-    """Best of `repeat` wall times, with the objects already alive frozen out of the collector's view: late in a full
-    test run the heap pytest keeps makes every full collection slow (one such run measured lint at 10.8x), and a
-    `gpudoctor lint` starts from a fresh process, whose heap is the lint's own."""
-    gc.collect()
-    gc.freeze()
-    try:
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    finally:
-        gc.unfreeze()
-    return min(times)
+    """Best of `repeat` wall times (tests/besttime.py): a `gpudoctor lint` starts from a fresh process."""
+    return best_of(fn, repeat)
 
 
 def test_5000_line_script_within_10x_of_py_compile(tmp_path):
