@@ -35,6 +35,12 @@ _WORDS = {
     "精度": "accuracy", "精確度": "accuracy", "准确率": "accuracy", "精度下降": "accuracy drops",
     "双卡": "multi gpu", "两张卡": "multi gpu", "多张卡": "multi gpu", "不同": "different", "差距": "different",
     "数据并行": "data parallel", "全参数": "full fine-tune", "多线程": "thread", "数据": "data",
+    "梯度累积": "gradient accumulation", "梯度累加": "gradient accumulation", "批大小": "batch size",
+    "数据集": "dataset", "采样器": "sampler", "随机种子": "seed", "分片": "shard", "主节点": "master node",
+    "从节点": "worker node", "防火墙": "firewall", "网络接口": "network interface", "容器": "container docker",
+    "连接": "connection", "断开": "connection closed", "通信失败": "communication fail",
+    "地址已被使用": "address already in use", "端口冲突": "port in use", "显卡": "gpu", "多进程": "multi process",
+    "死机": "hang", "无法启动": "fail to start", "启动": "launch",
     "负载不均": "imbalance", "不均衡": "imbalance", "利用率": "utilization", "环境变量": "environment variable",
     "初始化": "init", "初期化": "init", "초기화": "init", "通信": "communication", "통신": "communication",
     # checkpoints and logs
