@@ -7,7 +7,7 @@ from typing import Callable
 import libcst as cst
 import libcst.matchers as m
 
-from gpudoctor.engine.fixes.errors import FixError
+from gpudoctor.engine.fixes.errors import FixError, NotApplicable
 
 # torch.distributed collectives, and the library calls known to issue one
 COLLECTIVES = {
@@ -21,6 +21,12 @@ RANK_NAMES = {"rank", "global_rank", "world_rank", "local_rank", "node_rank", "g
 MAIN_FLAGS = {"is_main", "is_master", "is_main_process", "is_local_main_process", "is_global_zero",
               "is_world_process_zero", "main_process", "master_process", "is_rank_zero", "is_rank0",
               "master", "_master", "_is_master", "_is_main", "is_main_rank", "is_chief", "is_leader"}
+
+
+def require_ddp(text: str, path: str, why: str = "") -> None:
+    """NotApplicable unless the script wraps a model in DistributedDataParallel (by either name)."""
+    if "DistributedDataParallel" not in text and "DDP(" not in text:
+        raise NotApplicable(f"{path}: not a DDP script{why}")
 
 
 def parse(text: str, path: str) -> cst.Module:

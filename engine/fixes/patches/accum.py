@@ -91,8 +91,7 @@ def _plan_loop(body: list, models: list[str]) -> tuple[int, int, cst.If, str] | 
 
 
 def accumulation_no_sync(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
-    if "DistributedDataParallel" not in text and "DDP(" not in text:
-        raise NotApplicable(f"{path}: not a DDP script")
+    h.require_ddp(text, path)
     if any(word in text for word in HANDLED):
         raise NotApplicable(f"{path}: the micro-steps already skip synchronisation (no_sync or its equivalents)")
     module = h.parse(text, path)

@@ -30,8 +30,7 @@ def distributed_sampler(text: str, path: str, facts: dict) -> tuple[str, list[st
     """`loader = DataLoader(ds, shuffle=S, ...)` in a DDP script becomes `sampler = DistributedSampler(ds, shuffle=S)`
     and `DataLoader(ds, sampler=sampler, ...)`: each rank reads its own 1/N of the data, in the order it read before
     (DataLoader's shuffle moves to the sampler, which rejects both). Loaders in a rank-0 branch are left alone."""
-    if "DistributedDataParallel" not in text and "DDP(" not in text:
-        raise NotApplicable(f"{path}: not a DDP script")
+    h.require_ddp(text, path)
     if any(word in text for word in SHARDING):
         raise NotApplicable(f"{path}: the data is already split between ranks ({', '.join(w for w in SHARDING if w in text)})")
     module = h.parse(text, path)

@@ -31,8 +31,7 @@ def init_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     nn.init.*_(model.module.fc.weight)) becomes the init on the bare model, then the wrap: DDP's constructor then
     broadcasts rank 0's initialised weights to every rank. The statements the lint's P5 check reports; an init that
     reads something assigned between the wrap and itself is left."""
-    if "DistributedDataParallel" not in text and "DDP(" not in text:
-        raise NotApplicable(f"{path}: not a DDP script")
+    h.require_ddp(text, path)
     module = h.parse(text, path)
     moved: list[str] = []
     refused: list[str] = []

@@ -25,9 +25,8 @@ def lr_scale_world_size(text: str, path: str, facts: dict) -> tuple[str, list[st
     rule = str(facts.get("lr_scaling") or "linear").strip().lower()
     if rule not in RULES:
         raise NotApplicable(f"{path}: lr_scaling must be linear or sqrt (got {rule!r})")
+    h.require_ddp(text, path, ": without DDP the batch does not grow with the GPUs")
     module = h.parse(text, path)
-    if not h.ddp_names(module) and "DistributedDataParallel" not in text:
-        raise NotApplicable(f"{path}: no DistributedDataParallel model: the batch does not grow with the GPUs here")
     dist = h.dist_alias(module)
     size = f"{dist}.get_world_size()"
     factor = size if rule == "linear" else f"math.sqrt({size})"

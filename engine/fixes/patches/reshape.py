@@ -24,8 +24,7 @@ def reshape_on_every_rank(text: str, path: str, facts: dict) -> tuple[str, list[
     resizes layers (resize_token_embeddings, add_module, model.fc = nn.Linear(...)) move before the branch, so every
     rank runs them; what follows them (prints, saves) stays in the branch, and an emptied branch goes. Left alone: a
     branch with an else, or one whose statements before the surgery write output or files (only rank 0 should)."""
-    if "DistributedDataParallel" not in text and "DDP(" not in text:
-        raise NotApplicable(f"{path}: not a DDP script")
+    h.require_ddp(text, path)
     module = h.parse(text, path)
     moved: list[str] = []
     refused: list[str] = []

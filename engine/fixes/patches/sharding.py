@@ -67,7 +67,7 @@ def fsdp_sharding_strategy(text: str, path: str, facts: dict) -> tuple[str, list
                 return None
             changed.append(f"fully_shard(..., reshard_after_forward={h.code(arg.value)})")
             return call.with_changes(args=[a.with_changes(value=value) if a is arg else a for a in call.args])
-        if callee == "TrainingArguments" or callee.endswith("TrainingArguments") or callee == "TrainingArgs":
+        if callee.endswith("TrainingArguments"):  # TrainingArguments, Seq2SeqTrainingArguments
             return _trainer_fsdp(call, name, changed)
         return None
 
