@@ -97,7 +97,7 @@ class Signature:
 # The transforms a fix action may name, by kind; engine/fixes implements each one (a test checks both agree).
 FIX_TRANSFORMS = {
     "command": ("torchrun-standalone", "torchrun-multinode", "free-port", "accelerate-multi-gpu", "deepspeed-launcher",
-                "nproc-to-gpus", "srun-one-task-per-node", "srun-per-node"),
+                "nproc-to-gpus", "srun-one-task-per-node", "srun-per-node", "exclude-faulty-gpu"),
     "patch": ("device-from-local-rank", "find-unused-parameters", "join-uneven-inputs", "sync-batchnorm",
               "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
               "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",
@@ -129,6 +129,8 @@ FIX_FACTS = {
     "min_num_params": "smallest parameter count of a submodule FSDP's size-based policy makes its own unit",
     "sharding_strategy": "the FSDP sharding strategy to switch to (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD, ...)",
     "lr_scaling": "how the learning rate follows the number of processes: linear (default) or sqrt",
+    "bad_host": "the node whose GPU failed (MN8), to leave out of the job",
+    "bad_gpu": "index of the failed GPU on its node (MN8), to hide from the job",
 }
 
 

@@ -13,6 +13,8 @@ _NCCL_IF = re.compile(r"NCCL INFO (?:Bootstrap|NET/Socket|NET) ?: Using (?:inter
 _VIRTUAL_IF = re.compile(r"^(docker|virbr|veth|br-|lo$|cni|flannel|cali)")
 _WORLD = [re.compile(r"\bworld[_ ]size[=: ]+(\d+)", re.I), re.compile(r"\bnranks (\d+)"),
           re.compile(r"\bdist_world_size=(\d+)")]
+# a line that reports a GPU's hardware fault (MN8): the host and NCCL device in its prefix say which GPU to leave out
+_GPU_FAULT = re.compile(r"uncorrectable ECC error|fallen off the bus|GPU is lost|NVRM: Xid")
 _ADDR = re.compile(r"(?:MASTER_ADDR=|--master[-_]addr[= ]|--rdzv[-_]endpoint[= ])([\w.-]+)")
 _NNODES = re.compile(r"--nnodes[= ](\d+)")
 # the rule's own account of a step as long as the timeout (engine/slow_step.py): "... still running after 29:55
@@ -44,6 +46,14 @@ def facts_from_text(texts, evidence=()) -> dict:
     facts: dict = {}
     virtual: list[str] = []
     for line in evidence:
+        if _GPU_FAULT.search(line) and not {"bad_host", "bad_gpu"} & set(facts):
+            from gpudoctor.engine.prefix import parse_prefix
+
+            prefix = parse_prefix(line)
+            if prefix.host:
+                facts["bad_host"] = prefix.host
+            if prefix.device is not None:
+                facts["bad_gpu"] = prefix.device
         m = _PORT_STRICT.search(line)
         if m and 0 < int(m.group(1)) < 65536:
             facts.setdefault("port", int(m.group(1)))

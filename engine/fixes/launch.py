@@ -7,6 +7,7 @@ import socket
 from dataclasses import dataclass, field
 
 from gpudoctor.engine.fixes.errors import FixError, NotApplicable
+from gpudoctor.engine.fixes.exclude import exclude_faulty
 from gpudoctor.engine.fixes.srun import one_task_per_node, split_srun, srun_per_node
 
 # options of each launcher that take no value; every other option takes one (as --x=v or --x v)
@@ -321,4 +322,5 @@ _REWRITES = {
     "nproc-to-gpus": _nproc_to_gpus,
     "srun-one-task-per-node": one_task_per_node,
     "srun-per-node": srun_per_node,
+    "exclude-faulty-gpu": exclude_faulty,
 }
