@@ -121,11 +121,21 @@ def evaluate_cases(cases: list[dict], catalog=None, use_hyperscan: bool = True) 
                  if getattr(f, "tier", "match") == "possible"]
         query = baseline_query(case["abs"])
         keyword = [h.id for h in index.search(query, limit=3)] if query else []
+        size = sum(1 for line in _read_lines(case["abs"]) if line.strip())
         rows.append({"path": case["path"], "expect": case.get("expect"), "framework": case["framework"],
+                     "size": _size_bucket(size),
                      "matches": matches[:3], "possible": possible[:3], "ranked": (matches + possible)[:3],
                      "baseline": keyword, "possible_alone": alone[:3],
                      "public": str(case.get("source", "")).startswith("public")})
     return summarize(rows)
+
+
+# how much of a failure a log shows: a one-line paste names a message, a long one shows set-up, ranks and frames
+SIZE_BUCKETS = ((3, "1-3 lines"), (15, "4-15 lines"), (None, "16+ lines"))
+
+
+def _size_bucket(lines: int) -> str:
+    return next(name for top, name in SIZE_BUCKETS if top is None or lines <= top)
 
 
 def _without_signatures(catalog):
@@ -182,6 +192,8 @@ def summarize(rows: list[dict]) -> dict:
         sub = [r for r in rows if r["framework"] == fw]
         by_fw[fw] = summarize_flat(sub)
     figures["by_framework"] = by_fw
+    figures["by_size"] = {name: summarize_flat([r for r in rows if r.get("size") == name])
+                          for _, name in SIZE_BUCKETS if any(r.get("size") == name for r in rows)}
     figures["rows"] = rows
     return figures
 
@@ -193,6 +205,7 @@ def summarize_flat(rows: list[dict]) -> dict:
         "positives": len(pos), "negatives": len(neg),
         "top1": _rate(sum(r["matches"][:1] == [r["expect"]] for r in pos), len(pos)),
         "top3": _rate(sum(r["expect"] in r["ranked"] for r in pos), len(pos)),
+        "first_named": _rate(sum(r["ranked"][:1] == [r["expect"]] for r in pos), len(pos)),
         "negatives_clean": _rate(sum(not r["matches"] for r in neg), len(neg)),
         "baseline_top1": _rate(sum(r["baseline"][:1] == [r["expect"]] for r in pos), len(pos)),
     }
@@ -255,6 +268,12 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
         for fw, s in sets[name]["by_framework"].items():
             lines.append(f"  {fw:<22} {s['positives']:>3}/{s['negatives']:<3} {_pct(s['top1'])}  {_pct(s['top3'])}  "
                          f"{_pct(s['negatives_clean'])}   {_pct(s['baseline_top1'])}")
+    for name in names:
+        lines.append("")
+        lines.append(f"by log size ({name})        logs   top-1   top-3   neg ok   first named   baseline top-1")
+        for size, s in sets[name].get("by_size", {}).items():
+            lines.append(f"  {size:<22} {s['positives']:>3}/{s['negatives']:<3} {_pct(s['top1'])}  {_pct(s['top3'])}  "
+                         f"{_pct(s['negatives_clean'])}   {_pct(s['first_named'])}       {_pct(s['baseline_top1'])}")
     return "\n".join(lines)
 
 
