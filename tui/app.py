@@ -81,7 +81,7 @@ class GpuDoctorApp(App):
     def open_fix(self, entry_id: str, script: str | None = None, *, diagnosis=None, logs=None) -> None:
         from gpudoctor.tui.screens.fix import FixScreen
 
-        self.push_screen(FixScreen(entry_id, script or self.script, diagnosis=diagnosis, logs=logs))
+        self.push_screen(FixScreen(entry_id, script or self.script, diagnosis=diagnosis, logs=logs, cmd=self.cmd))
 
     def open_lint(self, path: str) -> None:
         from gpudoctor.tui.screens.lint import LintScreen

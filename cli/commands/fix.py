@@ -52,18 +52,13 @@ def add_arguments(parser) -> None:
 
 
 def parse_params(items) -> dict:
-    from gpudoctor.kb.model import FIX_FACTS
+    from gpudoctor.engine.fixes import FixError
+    from gpudoctor.engine.fixes.facts import parse_params as parse
 
-    facts = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise UserError(f"--param {item!r}: expected KEY=VALUE")
-        if key not in FIX_FACTS:
-            raise UserError(f"--param {key}: unknown (known: {', '.join(FIX_FACTS)})")
-        facts[key] = int(value) if value.strip().isdigit() else value.strip()
-    return facts
+    try:
+        return parse(items)
+    except FixError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _diagnose_logs(paths, catalog, stdin=None):

@@ -95,6 +95,23 @@ def facts_from_text(texts, evidence=()) -> dict:
     return facts
 
 
+def parse_params(items) -> dict:
+    """Facts the user gives as KEY=VALUE (fix --param, the TUI's params field); FixError names a bad one."""
+    from gpudoctor.engine.fixes.errors import FixError
+    from gpudoctor.kb.model import FIX_FACTS
+
+    facts = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise FixError(f"--param {item!r}: expected KEY=VALUE")
+        if key not in FIX_FACTS:
+            raise FixError(f"--param {key}: unknown (known: {', '.join(FIX_FACTS)})")
+        facts[key] = int(value) if value.strip().isdigit() else value.strip()
+    return facts
+
+
 def facts_from_diagnosis(diagnosis, logs=None) -> dict:
     """Facts for fix planning from a diagnosis (its evidence and ranks) and the heads of its log files."""
     evidence = [ev.text for f in getattr(diagnosis, "findings", ()) for ev in f.evidence]

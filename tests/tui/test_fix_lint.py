@@ -143,3 +143,32 @@ async def test_lint_names_an_unparsable_script(make, tmp_path):
         await wait_until(pilot, lambda: isinstance(app.screen, LintScreen) and app.screen.result is not None)
         assert app.screen.result.errors
         assert "broken.py" in str(app.screen.query_one("#lint-status").render())
+
+
+async def test_a_command_fix_is_planned_from_the_command_and_params_typed_on_the_fix_screen(make, state):
+    app = make()
+    async with app.run_test(size=(100, 24)) as pilot:
+        app.open_fix("MN8")
+        await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None, what="plan")
+        screen = app.screen
+        assert not screen.plan.fixes and "give --cmd" in screen.shown_text
+        screen.query_one("#fix-params").value = "bad_gpu=nine"
+        await pilot.press("c")
+        await pilot.press(*"torchrun --nproc-per-node=4 train.py")
+        first = screen.plan
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen.plan is not first, what="the new plan")
+        assert not screen.plan.fixes and "expected the GPU's index" in screen.shown_text
+        screen.query_one("#fix-params").value = "bad_gpu=2 nope"
+        screen.query_one("#fix-params").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "expected KEY=VALUE" in str(screen.query_one("#fix-status").render()),
+                         what="the bad param named")
+        second = screen.plan
+        screen.query_one("#fix-params").value = "bad_gpu=2"
+        screen.query_one("#fix-params").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen.plan is not second, what="the plan with the GPU")
+        [fix] = screen.plan.fixes
+        assert fix.commands == ("CUDA_VISIBLE_DEVICES=0,1,3 torchrun --nproc-per-node=3 train.py",)
+        assert "$ CUDA_VISIBLE_DEVICES=0,1,3 torchrun" in screen.shown_text

@@ -63,12 +63,16 @@ class FixScreen(Screen):
         Binding("A", "apply(True)", "Apply incl. unsafe"),
         Binding("u", "undo", "Undo"),
         Binding("s", "focus_script", "Script"),
+        Binding("c", "focus_cmd", "Cmd"),
     ]
 
-    def __init__(self, entry_id: str, script: str | None = None, *, diagnosis=None, logs=None) -> None:
+    def __init__(self, entry_id: str, script: str | None = None, *, diagnosis=None, logs=None,
+                 cmd: str | None = None) -> None:
         super().__init__()
         self.entry_id = entry_id
         self.script = script
+        self.cmd = cmd  # the launch command a command fix rewrites
+        self.params = ""  # KEY=VALUE facts the user types (fix --param)
         self.diagnosis, self.logs = diagnosis, logs
         self.plan = None
         self.last_result = None
@@ -79,6 +83,11 @@ class FixScreen(Screen):
         with Horizontal(id="fix-inputs"):
             yield Label("script:", classes="bar-label")
             yield Input(self.script or "", placeholder="training script to patch (enter re-plans)", id="fix-script")
+        with Horizontal(id="fix-inputs-more"):
+            yield Label("command:", classes="bar-label")
+            yield Input(self.cmd or "", placeholder="launch command to rewrite", id="fix-cmd")
+            yield Label("params:", classes="bar-label")
+            yield Input("", placeholder="KEY=VALUE ... (bad_gpu=3)", id="fix-params")
         yield Label("planning…", id="fix-status")
         with VerticalScroll(id="fix-body"):
             yield Static("", id="fix-plan")
@@ -89,15 +98,17 @@ class FixScreen(Screen):
         self.replan()
 
     def replan(self) -> None:
-        catalog, entry_id, script = self.app.catalog, self.entry_id, self.script or None
-        diagnosis, logs = self.diagnosis, self.logs
+        catalog, entry_id, script, cmd = self.app.catalog, self.entry_id, self.script or None, self.cmd or None
+        diagnosis, logs, params = self.diagnosis, self.logs, self.params.split()
 
         def run() -> None:
             from gpudoctor.engine.fixes import FixError, facts_from_diagnosis, plan_fix
+            from gpudoctor.engine.fixes.facts import parse_params
 
-            facts = facts_from_diagnosis(diagnosis, logs=logs) if diagnosis is not None else None
+            facts = facts_from_diagnosis(diagnosis, logs=logs) if diagnosis is not None else {}
             try:
-                plan = plan_fix(catalog, entry_id, script=script, facts=facts)
+                facts.update(parse_params(params))
+                plan = plan_fix(catalog, entry_id, script=script, cmd=cmd, facts=facts)
             except FixError as exc:
                 self.post_message(WorkFailed("fix", str(exc)))
                 return
@@ -108,6 +119,15 @@ class FixScreen(Screen):
     @on(Input.Submitted, "#fix-script")
     def script_given(self, event: Input.Submitted) -> None:
         self.script = event.value.strip() or None
+        self.query_one("#fix-status", Label).update("planning…")
+        self.replan()
+        self.query_one("#fix-body").focus()
+
+    @on(Input.Submitted, "#fix-cmd")
+    @on(Input.Submitted, "#fix-params")
+    def command_given(self, event: Input.Submitted) -> None:
+        self.cmd = self.query_one("#fix-cmd", Input).value.strip() or None
+        self.params = self.query_one("#fix-params", Input).value.strip()
         self.query_one("#fix-status", Label).update("planning…")
         self.replan()
         self.query_one("#fix-body").focus()
@@ -137,6 +157,9 @@ class FixScreen(Screen):
 
     def action_focus_script(self) -> None:
         self.query_one("#fix-script", Input).focus()
+
+    def action_focus_cmd(self) -> None:
+        self.query_one("#fix-cmd", Input).focus()
 
     def action_apply(self, unsafe: bool) -> None:
         plan = self.plan

@@ -26,7 +26,8 @@ Findings are ranked with their tier (match / possible) and score.
 Rows fill in live; `esc` cancels and kills the probes' processes.
 `enter` on a row shows its evidence; the collectives probe draws busbw by size.
 
-**Fix** — the fix as a coloured diff against the script (`s` to name it).
+**Fix** — the fix as a coloured diff against the script (`s` to name it), or the
+launch command rewritten (`c` to type it; params such as `bad_gpu=3` beside it).
 `a` applies the safe fixes, `A` also the unsafe ones (each says why), always
 after a yes/no question; `u` undoes the last applied fix.
 
