@@ -188,4 +188,7 @@ def _with_fix_ids(findings, kb_dirs=None):
     ids = fix_ids(tuple(kb_dirs or ()))
     from dataclasses import replace
 
-    return [replace(f, fix_id=ids.get(f.entry_id)) for f in findings]
+    from gpudoctor.engine.lint.checks import BY_SLUG
+
+    # an entry's code patch fixes what its script check finds, not what a launch-command check finds (D1 no-launcher)
+    return [replace(f, fix_id=ids.get(f.entry_id) if f.rule in BY_SLUG else None) for f in findings]

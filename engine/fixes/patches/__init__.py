@@ -31,6 +31,7 @@ PATCHES = {
     "collective-skip": "skips:collective_skip",
     "fsdp-sharding-strategy": "sharding:fsdp_sharding_strategy",
     "lr-scale-world-size": "lr_scale:lr_scale_world_size",
+    "local-rank-both-spellings": "args:local_rank_both_spellings",
 }
 
 

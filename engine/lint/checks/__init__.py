@@ -1,6 +1,7 @@
 """The lint checks, one per module; ALL lists them in the order their codes are documented."""
 from __future__ import annotations
 
+from gpudoctor.engine.lint.checks.d1_local_rank_one_spelling import LocalRankOneSpelling
 from gpudoctor.engine.lint.checks.d2_batch_script_on_one_node import BatchScriptOnOneNode
 from gpudoctor.engine.lint.checks.d3_device_from_rank import DeviceFromGlobalRank
 from gpudoctor.engine.lint.checks.d8_find_unused_parameters import FindUnusedParameters
@@ -25,7 +26,7 @@ from gpudoctor.engine.lint.checks.p5_init_after_ddp import InitAfterDDP
 from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import AccumulationWithoutNoSync
 
 ALL = (
-    BatchScriptOnOneNode(), DeviceFromGlobalRank(), FindUnusedParameters(), UnevenShardsWithoutJoin(),
+    LocalRankOneSpelling(), BatchScriptOnOneNode(), DeviceFromGlobalRank(), FindUnusedParameters(), UnevenShardsWithoutJoin(),
     BatchNormWithoutSyncBN(),
     FSDPWithoutWrapPolicy(), MixedPrecisionHalfSet(), FullStateDictOnGPU(), RankLocalSkip(),
     CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(),
