@@ -104,7 +104,8 @@ FIX_TRANSFORMS = {
               "low-cpu-mem-usage", "trainer-ddp-timeout", "move-before-ddp", "distributed-sampler",
               "accumulation-no-sync", "fsdp-reduce-dtype", "full-state-dict-offload", "fsdp-auto-wrap",
               "move-targets", "init-before-ddp", "reshape-on-every-rank", "collective-skip",
-              "fsdp-sharding-strategy", "lr-scale-world-size", "local-rank-both-spellings"),
+              "fsdp-sharding-strategy", "lr-scale-world-size", "local-rank-both-spellings",
+              "engine-backward"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage",
                "accelerate-fsdp-strategy"),
 }

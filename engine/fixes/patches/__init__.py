@@ -32,6 +32,7 @@ PATCHES = {
     "fsdp-sharding-strategy": "sharding:fsdp_sharding_strategy",
     "lr-scale-world-size": "lr_scale:lr_scale_world_size",
     "local-rank-both-spellings": "args:local_rank_both_spellings",
+    "engine-backward": "ds_engine:engine_backward",
 }
 
 

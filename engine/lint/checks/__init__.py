@@ -10,6 +10,7 @@ from gpudoctor.engine.lint.checks.d10_batchnorm_without_syncbn import BatchNormW
 from gpudoctor.engine.lint.checks.d12_fsdp_without_wrap_policy import FSDPWithoutWrapPolicy
 from gpudoctor.engine.lint.checks.d14_mixed_precision_half_set import MixedPrecisionHalfSet
 from gpudoctor.engine.lint.checks.d15_full_state_dict_on_gpu import FullStateDictOnGPU
+from gpudoctor.engine.lint.checks.d18_backward_bypasses_engine import BackwardBypassesEngine
 from gpudoctor.engine.lint.checks.d20_rank_local_skip import RankLocalSkip
 from gpudoctor.engine.lint.checks.d21_collective_in_rank_branch import CollectiveInRankBranch
 from gpudoctor.engine.lint.checks.d22_sampler_without_set_epoch import SamplerWithoutSetEpoch
@@ -28,7 +29,7 @@ from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import Accumul
 ALL = (
     LocalRankOneSpelling(), BatchScriptOnOneNode(), DeviceFromGlobalRank(), FindUnusedParameters(), UnevenShardsWithoutJoin(),
     BatchNormWithoutSyncBN(),
-    FSDPWithoutWrapPolicy(), MixedPrecisionHalfSet(), FullStateDictOnGPU(), RankLocalSkip(),
+    FSDPWithoutWrapPolicy(), MixedPrecisionHalfSet(), FullStateDictOnGPU(), BackwardBypassesEngine(), RankLocalSkip(),
     CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(),
     TorchrunPerSrunTask(), InitWithoutTimeout(), RestartsWithoutResume(),
     DataParallel(), DDPBeforeToDevice(), DDPWithoutSampler(), TargetLeftOnCPU(),
