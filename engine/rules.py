@@ -70,7 +70,8 @@ _DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|
                           r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(")
 _PASSTHROUGH = _lazy(r"_cuda_setDevice\(|(?:set_device|get_device_properties|get_device_name|get_device_capability)"
                           r"\(\s*(?:device|self\.device|dev|d)\s*\)")
-_LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id|"
+# (gpu_id, not gpu_ids: a list of GPU ids from the options is a configured device, not a per-node process index)
+_LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id\b|"
                           r"args\.gpu\b|local_device")
 _GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
                            r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b")
