@@ -38,13 +38,8 @@ def derive(state: RankState) -> None:
             caller = r.blocked_from
             gated_name = caller is not None and (is_gated_function(caller.signature)
                                                  or is_rank0_branch(getattr(r, "_caller_source", None)))
-            # rank 0 alone in another collective is the `if rank == 0:` branch in all but name; in a tie (two ranks,
-            # one in each) nothing says which is the odd one, unless rank 0's collective is one no training step
-            # calls (a barrier, an object gather) while the other's is
-            tie = all(len(g) == fewest for g in blocked.values())
-            rank0_alone = len(smallest) == 1 and r.rank == 0 and (
-                not tie or (r.blocked_in not in STEP_COLLECTIVES
-                            and any(n in STEP_COLLECTIVES for n in blocked if n != r.blocked_in)))
+            # rank 0 alone in another collective is the `if rank == 0:` branch in all but name
+            rank0_alone = len(smallest) == 1 and r.rank == 0
             if gated_name or rank0_alone:
                 ev = caller or r.first_error
                 if ev is not None:

@@ -869,15 +869,3 @@ def test_a_cpu_tensor_inside_the_model_code_is_not_p4(frame, code, ruled_out):
     assert [(v.entry, v.rule_out) for v in verdicts] == ([("P4", True)] if ruled_out else [])
     if ruled_out:
         assert "modeling_llama.py" in verdicts[0].note and verdicts[0].evidence[0].line == 4
-
-
-@pytest.mark.parametrize("rank0, rank1, gated", [("barrier", "all_reduce", True), ("all_reduce", "broadcast", False),
-                                                 ("all_reduce", "barrier", False)])
-def test_in_a_two_rank_tie_rank0_is_the_odd_one_only_outside_the_step(catalog, rank0, rank1, gated):
-    # one rank in each collective: rank 0 in a barrier while rank 1 is in the step's all_reduce is the rank-0 branch;
-    # rank 0 in the step's all_reduce while rank 1 broadcasts is a desync with no odd rank (Horovod's stall report of
-    # a broadcast that one rank skipped reads the same)
-    text = _rank_tb(0, "train_step", rank0) + _rank_tb(1, "train_step", rank1)
-    signals = _signals(catalog, text)
-    assert signals.get("ranks-in-different-collectives")
-    assert bool(signals.get("collective-in-gated-path")) is gated
