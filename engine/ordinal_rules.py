@@ -73,3 +73,29 @@ def accelerate_modulo_rule(text: str, file: str) -> list:
         return [Verdict("D3", "rule:accelerate-shares-gpus", (here,), rule_out=True, note=note),
                 Verdict("D27", "rule:accelerate-shares-gpus", (here, why), score=0.9)]
     return []
+
+
+# a list of the node's devices indexed by the local rank, as Horovod's guides write it for TensorFlow
+# (`gpus = tf.config.list_physical_devices('GPU')`, then `set_visible_devices(gpus[hvd.local_rank()], 'GPU')`), and
+# the same with a list of device ids
+_DEVICE_LIST_BY_LOCAL = _lazy(r"\b(?:\w*gpus|\w*devices|gpu_ids|device_ids)\s*\[\s*(?:\w+\.)*local_rank(?:\(\))?\s*\]")
+_LIST_INDEX = _lazy(r"IndexError: list index out of range")
+
+
+def device_list_rule(text: str, file: str) -> list:
+    """D27 for an IndexError raised on a line that indexes the node's device list by the local rank: the list of
+    GPUs the process can see is shorter than the local rank, so there are more processes on the node than GPUs."""
+    if "list index out of range" not in text or "local_rank" not in text:
+        return []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not _LIST_INDEX.search(line):
+            continue
+        src = next((k for k in range(i - 1, max(-1, i - 4), -1) if _DEVICE_LIST_BY_LOCAL.search(lines[k])), None)
+        if src is None:
+            continue
+        code = " ".join(lines[src].split())[:160]
+        why = Evidence(file, src + 1, f"the node's device list is indexed by the local rank: {code}", "because")
+        here = Evidence(file, i + 1, line, "rule:device-list-by-local-rank")
+        return [Verdict("D27", "rule:device-list-by-local-rank", (here, why), score=0.8)]
+    return []

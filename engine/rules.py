@@ -252,7 +252,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.init_wait import duplicate_rank_rule, init_wait_rule
     from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule
     from gpudoctor.engine.ds_no_sync import no_sync_rule
-    from gpudoctor.engine.ordinal_rules import accelerate_modulo_rule, one_node_ordinal_rule
+    from gpudoctor.engine.ordinal_rules import accelerate_modulo_rule, device_list_rule, one_node_ordinal_rule
     from gpudoctor.engine.nccl_tests import stopped_tests_rule
     from gpudoctor.engine.device_rules import device_rules
     from gpudoctor.engine.gpu_table import stacked_processes_rule
@@ -282,6 +282,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(duplicate_rank_rule(whole, scan.name))
             verdicts.extend(one_node_ordinal_rule(whole, scan.name))
             verdicts.extend(accelerate_modulo_rule(whole, scan.name))
+            verdicts.extend(device_list_rule(whole, scan.name))
             verdicts.extend(no_sync_rule(whole, scan.name))
             verdicts.extend(slow_step_rule(whole, scan.name))
             verdicts.extend(stopped_tests_rule(whole, scan.name))
