@@ -67,16 +67,17 @@ _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_fu
 _INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE|"
                               r"AssertionError: Invalid device id|device >= 0 && device < num_gpus INTERNAL ASSERT")
 _DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
-                          r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(")
+                          r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(|"
+                          r"cuda\.Device\s*\(|cuda\.select_device\s*\(")  # CuPy, Numba
 _PASSTHROUGH = _lazy(r"_cuda_setDevice\(|(?:set_device|get_device_properties|get_device_name|get_device_capability)"
                           r"\(\s*(?:device|self\.device|dev|d)\s*\)")
 # (gpu_id, not gpu_ids: a list of GPU ids from the options is a configured device, not a per-node process index)
 _LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id\b|"
                           r"args\.gpu\b|local_device")
 _GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
-                           r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b")
+                           r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\bhvd[._]rank\b")  # Horovod
 # a bare `rank` is only known to be global when nothing says otherwise: under mp.spawn it is usually the spawn index
-_GLOBAL_EXPLICIT = _lazy(r"\bRANK\b|get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\.rank\b")
+_GLOBAL_EXPLICIT = _lazy(r"\bRANK\b|get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\.rank\b|\bhvd_rank\b")
 _SPAWNED = _lazy(r"-- Process \d+ terminated with the following error|ProcessRaisedException|"
                       r"torch[/\\]multiprocessing[/\\]spawn\.py")
 LOOK_BACK = 150  # lines before an error line that may hold its traceback
