@@ -12,7 +12,7 @@ _FAILURE = _lazy(
     r"\b(?:[A-Za-z]*(?:Error|Exception)|error|ERROR|fail(?:ed|ure|s)|FAIL(?:ED)?|fatal|FATAL|abort(?:ed|ing)?|"
     r"timed out|time ?out|timeout|[Kk]illed|exit ?code|exitcode|return code|refused|denied|invalid|[Uu]nable to|"
     r"[Cc]annot|can't|not found|[Nn]o such|mismatch(?:ed)?|unrecognized|deadlock|WARN|not permitted|"
-    r"not supported|[Ee]xpected)\b"
+    r"not supported|[Ee]xpected|\w*PAGE_FAULT)\b|DMAR: ?\[DMA (?:Read|Write)"
 )
 _COMMAND = _lazy(r"\s*(?:\$|\+|>>>|#|\w+@[\w.-]+:\S*[$#])\s")  # an echoed command line, not its output
 _WARNING = _lazy(r"\b(?:WARNING|Warning|warning|[A-Z]\w*Warning)\b")
