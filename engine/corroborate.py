@@ -24,7 +24,7 @@ _NAMES = {"script": "the script", "command": "the launch command", "probe": "a p
 # what each second witness can speak for, kept here so that a plain diagnosis can say so without loading lint:
 # the entries `gpudoctor lint` checks a script for (engine/lint/checks) and those it checks a launch command for
 # (engine/lint/command.py); tests/engine/test_corroborate.py holds both to the checks themselves
-SCRIPT_CHECKS = frozenset({"D1", "D2", "D3", "D8", "D9", "D10", "D12", "D14", "D15", "D18", "D20", "D21", "D22", "D23", "D26", "D27", "MN3", "MN5",
+SCRIPT_CHECKS = frozenset({"D1", "D2", "D3", "D4", "D8", "D9", "D10", "D12", "D14", "D15", "D18", "D20", "D21", "D22", "D23", "D26", "D27", "MN3", "MN5",
                            "P1", "P2", "P3", "P4", "P5", "P6"})
 COMMAND_CHECKS = frozenset({"D1", "D2", "D5", "D6", "D27"})
 

@@ -105,7 +105,7 @@ FIX_TRANSFORMS = {
               "accumulation-no-sync", "fsdp-reduce-dtype", "full-state-dict-offload", "fsdp-auto-wrap",
               "move-targets", "init-before-ddp", "reshape-on-every-rank", "collective-skip",
               "fsdp-sharding-strategy", "lr-scale-world-size", "local-rank-both-spellings",
-              "engine-backward"),
+              "engine-backward", "master-port-setdefault"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage",
                "accelerate-fsdp-strategy"),
 }

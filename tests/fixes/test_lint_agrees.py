@@ -8,7 +8,7 @@ from gpudoctor.engine.lint import lint_source
 TWINS = Path(__file__).resolve().parents[1] / "data" / "fixes"
 # entries lint checks in Python code; D8's lint note is about the very flag its fix adds, MN5's check reads launch
 # scripts, and MN3's is a note the fix settles by adding timeout=
-LINTED = {"D1", "D3", "D18", "D9", "D10", "D12", "D14", "D15", "D20", "D21", "D22", "D23", "D26", "MN3", "P1", "P2", "P3", "P4", "P5", "P6"}
+LINTED = {"D1", "D3", "D4", "D18", "D9", "D10", "D12", "D14", "D15", "D20", "D21", "D22", "D23", "D26", "MN3", "P1", "P2", "P3", "P4", "P5", "P6"}
 PAIRS = sorted(p for p in TWINS.glob("*/*.py") if p.parent.name in LINTED and p.with_name(p.name + ".fixed").exists())
 
 

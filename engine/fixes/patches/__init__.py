@@ -33,6 +33,7 @@ PATCHES = {
     "lr-scale-world-size": "lr_scale:lr_scale_world_size",
     "local-rank-both-spellings": "args:local_rank_both_spellings",
     "engine-backward": "ds_engine:engine_backward",
+    "master-port-setdefault": "port:master_port_setdefault",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from gpudoctor.engine.lint.checks.d1_local_rank_one_spelling import LocalRankOneSpelling
 from gpudoctor.engine.lint.checks.d2_batch_script_on_one_node import BatchScriptOnOneNode
 from gpudoctor.engine.lint.checks.d3_device_from_rank import DeviceFromGlobalRank
+from gpudoctor.engine.lint.checks.d4_fixed_master_port import FixedMasterPort
 from gpudoctor.engine.lint.checks.d8_find_unused_parameters import FindUnusedParameters
 from gpudoctor.engine.lint.checks.d9_uneven_shards_without_join import UnevenShardsWithoutJoin
 from gpudoctor.engine.lint.checks.d10_batchnorm_without_syncbn import BatchNormWithoutSyncBN
@@ -27,8 +28,8 @@ from gpudoctor.engine.lint.checks.p5_init_after_ddp import InitAfterDDP
 from gpudoctor.engine.lint.checks.p6_accumulation_without_no_sync import AccumulationWithoutNoSync
 
 ALL = (
-    LocalRankOneSpelling(), BatchScriptOnOneNode(), DeviceFromGlobalRank(), FindUnusedParameters(), UnevenShardsWithoutJoin(),
-    BatchNormWithoutSyncBN(),
+    LocalRankOneSpelling(), BatchScriptOnOneNode(), DeviceFromGlobalRank(), FixedMasterPort(), FindUnusedParameters(),
+    UnevenShardsWithoutJoin(), BatchNormWithoutSyncBN(),
     FSDPWithoutWrapPolicy(), MixedPrecisionHalfSet(), FullStateDictOnGPU(), BackwardBypassesEngine(), RankLocalSkip(),
     CollectiveInRankBranch(), SamplerWithoutSetEpoch(), EveryRankSaves(), ModelChangedOnSomeRanks(),
     TorchrunPerSrunTask(), InitWithoutTimeout(), RestartsWithoutResume(),
