@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 
 from gpudoctor.engine.lint.model import Check, Hit
+from gpudoctor.engine.lint.script import dotted
 
 INITIALIZE = ("deepspeed.initialize", "deepspeed.init_inference")
 
@@ -19,7 +20,7 @@ def engine_names(script) -> tuple[set[str], set[str]]:
     engines: set[str] = set()
     optimizers: set[str] = set()
     for names, value in script.assigns:
-        if not (isinstance(value, ast.Call) and script.resolve(_dotted(value.func)) == INITIALIZE[0]):
+        if not (isinstance(value, ast.Call) and script.resolve(dotted(value.func)) == INITIALIZE[0]):
             continue
         engines.add(names[0])
         if len(names) > 1:
@@ -36,7 +37,7 @@ def bare_backwards(script, engines: set[str]) -> list:
     out = []
     for s in script.calls:
         if not (s.attr == "backward" and not s.node.args and not s.node.keywords
-                and isinstance(s.node.func, ast.Attribute) and _dotted(s.node.func.value) not in engines
+                and isinstance(s.node.func, ast.Attribute) and dotted(s.node.func.value) not in engines
                 and (s.recv_last or "") not in engines and "scaler" not in ast.unparse(s.node.func.value)):
             continue
         engine = next((e for e in sorted(engines) if _in_scope(script, s, e)), None)
@@ -67,15 +68,6 @@ def _in_scope(script, site, engine: str) -> bool:
         if engine in params or _binds(func.body, engine):
             return True
     return _binds(script.tree.body, engine)
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr}" if head else None
-    return None
 
 
 class BackwardBypassesEngine(Check):

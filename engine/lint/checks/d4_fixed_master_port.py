@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 
 from gpudoctor.engine.lint.model import Check, Hit
+from gpudoctor.engine.lint.script import dotted
 
 PORT_VARS = ("MASTER_PORT",)
 
@@ -24,7 +25,7 @@ def fixed_port_assignments(script) -> list[ast.Assign]:
         key = target.slice
         if not (isinstance(key, ast.Constant) and key.value in PORT_VARS):
             continue
-        if script.resolve(_dotted(target.value)) != "os.environ":
+        if script.resolve(dotted(target.value)) != "os.environ":
             continue
         if _literal_port(node.value):
             out.append(node)
@@ -41,15 +42,6 @@ def _literal_port(value: ast.AST) -> bool:
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "str" and value.args:
         value = value.args[0]
     return isinstance(value, ast.Constant) and str(value.value).isdigit()
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        head = _dotted(node.value)
-        return f"{head}.{node.attr}" if head else None
-    return None
 
 
 class FixedMasterPort(Check):
