@@ -12,7 +12,7 @@ import ast
 from gpudoctor.engine.lint.model import Check, Hit
 from gpudoctor.engine.lint.script import dotted
 
-INITIALIZE = ("deepspeed.initialize", "deepspeed.init_inference")
+INITIALIZE = "deepspeed.initialize"  # init_inference builds no training engine: it has no backward to bypass
 
 
 def engine_names(script) -> tuple[set[str], set[str]]:
@@ -20,7 +20,7 @@ def engine_names(script) -> tuple[set[str], set[str]]:
     engines: set[str] = set()
     optimizers: set[str] = set()
     for names, value in script.assigns:
-        if not (isinstance(value, ast.Call) and script.resolve(dotted(value.func)) == INITIALIZE[0]):
+        if not (isinstance(value, ast.Call) and script.resolve(dotted(value.func)) == INITIALIZE):
             continue
         engines.add(names[0])
         if len(names) > 1:
