@@ -39,7 +39,8 @@ BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "m
            "dev-1127l": (DEV, "manifest-t[0-9].yaml"), "sealed-1127k": (SEALED, "manifest-7[a-z].yaml"),
            "dev-1127m": (DEV, "manifest-u[0-9].yaml"), "sealed-1127l": (SEALED, "manifest-8[a-z].yaml"),
            "dev-1127n": (DEV, "manifest-v[0-9].yaml"), "sealed-1127m": (SEALED, "manifest-9[a-z].yaml"),
-           "dev-1127o": (DEV, "manifest-w[0-9].yaml"), "sealed-1127n": (SEALED, "manifest-0[a-z].yaml")}
+           "dev-1127o": (DEV, "manifest-w[0-9].yaml"), "sealed-1127n": (SEALED, "manifest-0[a-g].yaml"),
+           "dev-1128": (DEV, "manifest-x[0-9].yaml"), "sealed-1128": (SEALED, "manifest-0[h-z].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 # names collectors wrote for the same rows (a wrapper counts as the framework it runs on)
 FRAMEWORK_ALIASES = {"accelerate": "accelerate-hf", "transformers": "accelerate-hf", "hf": "accelerate-hf",

@@ -46,6 +46,7 @@ def derive(state: RankState) -> None:
                     state.signal("collective-in-gated-path", ev.file, Hit(ev.line, ev.text))
 
     _same_seq_different_work(state)
+    _seq_apart(state)
     _left_loop_early(state)
 
 
@@ -65,6 +66,28 @@ def _same_seq_different_work(state: RankState) -> None:
     for kinds in by_seq.values():
         if len(kinds) > 1:
             for r in list(kinds.values())[:4]:
+                ev = r.timed_out_line
+                state.signal("ranks-in-different-collectives", ev.file, Hit(ev.line, ev.text))
+
+
+SEQ_APART_MAX = 64  # further apart than this, two SeqNums are more likely two process groups' counters (no PG id)
+
+
+def _seq_apart(state: RankState) -> None:
+    """Watchdogs of one process group that timed out at different SeqNums a few apart (rank 0 at 7559, rank 1 at
+    7561): a rank's works complete in order, so the one at the higher number finished collectives the other never
+    reached. The ranks had issued different numbers of collectives, which is a desync; the survivors of a crashed
+    rank all wait at the same number. Logs without a PG id count as one group unless their numbers lie far apart."""
+    by_pg: dict = {}
+    for r in state.reports.values():
+        work = r.timed_out_work
+        if work is None or r.timed_out_line is None or "COALESCED" in work[2] or work[1] < 1:
+            continue
+        by_pg.setdefault(work[0], []).append(r)
+    for ranks in by_pg.values():
+        seqs = {r.timed_out_work[1] for r in ranks}
+        if len(seqs) > 1 and max(seqs) - min(seqs) <= SEQ_APART_MAX:
+            for r in ranks[:4]:
                 ev = r.timed_out_line
                 state.signal("ranks-in-different-collectives", ev.file, Hit(ev.line, ev.text))
 

@@ -149,14 +149,18 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
             elif kind == "lost-peer" and name in ("lost-peer", "exception"):
                 state.signal("lost-peer", scan.name, hit)
             rank = rank_of(hit.text)
+            wd = None
+            if name == "watchdog":
+                from gpudoctor.engine.watchdog import parse_watchdog
+
+                wd = parse_watchdog(_prefix(hit.text).body)
+                if rank is None and wd is not None:
+                    rank = wd.rank  # c10d names its rank inside the message ("[Rank 1] Watchdog caught ...")
             if rank is None:
                 continue
             seen.add(rank)
             r = state.rank(rank)
             if name == "watchdog":
-                from gpudoctor.engine.watchdog import parse_watchdog
-
-                wd = parse_watchdog(_prefix(hit.text).body)
                 if wd is not None:
                     if wd.last_enqueued is not None:
                         r.last_enqueued = max(r.last_enqueued or 0, wd.last_enqueued)

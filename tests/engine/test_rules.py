@@ -869,3 +869,24 @@ def test_a_cpu_tensor_inside_the_model_code_is_not_p4(frame, code, ruled_out):
     assert [(v.entry, v.rule_out) for v in verdicts] == ([("P4", True)] if ruled_out else [])
     if ruled_out:
         assert "modeling_llama.py" in verdicts[0].note and verdicts[0].evidence[0].line == 4
+
+
+def _watchdog(rank: int, seq: int, op: str = "_ALLGATHER_BASE", pg: str = "") -> str:
+    # torch 1.12-1.13's wording (ProcessGroupNCCL.cpp:719): the rank named only inside the message
+    return (f"[E ProcessGroupNCCL.cpp:719] {pg}[Rank {rank}] Watchdog caught collective operation timeout: "
+            f"WorkNCCL(SeqNum={seq}, OpType={op}, Timeout(ms)=1800000) ran for 1806456 milliseconds before timing out.")
+
+
+def test_watchdogs_of_one_group_a_few_seqnums_apart_are_a_desync(catalog):
+    """mmsegmentation #2137: rank 1 timed out two collectives after rank 0; its works complete in order, so it
+    finished collectives rank 0 never reached. The rank comes from inside the c10d message."""
+    d = run(catalog, _watchdog(0, 7559) + "\n" + _watchdog(1, 7561))
+    assert matches(d)[:1] == ["D19"]
+
+
+@pytest.mark.parametrize("seqs", [(7559, 7559), (96125, 64088)])
+def test_watchdogs_at_one_seqnum_or_far_apart_are_no_desync(catalog, seqs):
+    """Survivors of a crashed rank all wait at one SeqNum; numbers thousands apart are two groups' counters."""
+    d = run(catalog, _watchdog(0, seqs[0]) + "\n" + _watchdog(1, seqs[1]))
+    assert "D19" not in matches(d)
+    assert matches(d)[:1] == ["MN3"]
