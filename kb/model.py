@@ -97,7 +97,8 @@ class Signature:
 # The transforms a fix action may name, by kind; engine/fixes implements each one (a test checks both agree).
 FIX_TRANSFORMS = {
     "command": ("torchrun-standalone", "torchrun-multinode", "free-port", "accelerate-multi-gpu", "deepspeed-launcher",
-                "nproc-to-gpus", "srun-one-task-per-node", "srun-per-node", "exclude-faulty-gpu"),
+                "nproc-to-gpus", "srun-one-task-per-node", "srun-per-node", "exclude-faulty-gpu",
+                "drop-literal-local-rank"),
     "patch": ("device-from-local-rank", "find-unused-parameters", "join-uneven-inputs", "sync-batchnorm",
               "collective-out-of-rank-branch", "sampler-set-epoch", "rank-zero-side-effects", "init-timeout",
               "load-latest-checkpoint", "dataparallel-to-ddp", "save-on-each-node", "non-reentrant-checkpoint",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 from dataclasses import dataclass, field
@@ -12,7 +13,8 @@ from gpudoctor.engine.fixes.srun import one_task_per_node, split_srun, srun_per_
 
 # options of each launcher that take no value; every other option takes one (as --x=v or --x v)
 _FLAGS = {
-    "torchrun": {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path"},
+    "torchrun": {"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path", "--run_path",
+                 "--use-env", "--use_env"},
     "accelerate": {"--multi_gpu", "--cpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--use_xpu",
                    "--debug", "-m", "--module", "--no_python", "-q", "--quiet", "--same_network", "--tpu",
                    "--dynamo_use_fullgraph", "--dynamo_use_dynamic"},
@@ -22,6 +24,9 @@ _FLAGS = {
 }
 # the environment a launcher sets for each worker: a hand-set copy in front of the command is dropped
 _LAUNCHER_ENV = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"}
+
+
+_LOCAL_RANK_ARG = re.compile(r"--local[_-]rank(?:=(\d+))?$")
 
 
 @dataclass
@@ -35,6 +40,32 @@ class Launch:
     module: bool = False
     args: list[str] = field(default_factory=list)  # the script's own arguments
     wrapper: list[str] = field(default_factory=list)  # srun and its options, when srun starts the launcher
+    legacy: bool = False  # python -m torch.distributed.launch (torchrun's options, plus --use_env)
+
+    @property
+    def passes_local_rank(self) -> bool:
+        """Whether the launcher appends --local_rank=N (--local-rank=N from torch 2.0) to each worker's arguments:
+        torch.distributed.launch does unless --use_env; torchrun never does (it sets LOCAL_RANK)."""
+        return self.legacy and self.option("--use_env", "--use-env") is None
+
+    def literal_local_rank(self) -> tuple[int, int] | None:
+        """Where (start, end) in the script's arguments a literal --local_rank N sits under a launcher that passes
+        none (torchrun, or torch.distributed.launch --use_env) with more than one process per node, or None. Every
+        worker parses the same N, so a script that picks its GPU from it puts every rank on one GPU (D3).
+        torch.distributed.launch without --use_env appends its own --local_rank=i, and argparse keeps the last."""
+        if self.launcher != "torchrun" or self.passes_local_rank:
+            return None
+        if (self.option("--nproc-per-node") or "1").strip() == "1":
+            return None  # one worker (torchrun's default): nobody to share its GPU with
+        for i, word in enumerate(self.args):
+            m = _LOCAL_RANK_ARG.match(word)
+            if m is None:
+                continue
+            if m.group(1) is not None:
+                return i, i + 1
+            if i + 1 < len(self.args) and self.args[i + 1].isdigit():
+                return i, i + 2
+        return None
 
     def option(self, *names: str) -> str | None:
         keys = {_norm(n) for n in names}
@@ -69,7 +100,11 @@ def parse_launch(cmd: str) -> Launch:
         if rest[:1] == ["-c"]:
             raise FixError("--cmd: a `python -c` command has no script to launch")
         if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
-            launcher, rest = "torchrun", rest[2:]
+            legacy = rest[1] == "torch.distributed.launch"
+            options, rest = _take_options(rest[2:], "torchrun")
+            launch = _with(_finish(env, "torchrun", options, rest), wrapper)
+            launch.legacy = legacy
+            return launch
         else:
             return _with(_finish(env, "python", options, rest), wrapper)
     elif head == "torchrun":
@@ -313,7 +348,24 @@ def _nproc_to_gpus(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
     raise NotApplicable(f"{launch.launcher} starts one process: nothing to count against the GPUs")
 
 
+def _drop_literal_local_rank(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
+    """D3: the same launch without the --local_rank N written into the script's arguments, which torchrun (and
+    torch.distributed.launch --use_env) hands unchanged to every worker."""
+    at = launch.literal_local_rank()
+    if at is None:
+        raise NotApplicable("the command gives the script no literal --local_rank under a launcher that passes none")
+    start, end = at
+    launch.args = launch.args[:start] + launch.args[end:]
+    notes.append("the script must then read its local rank from the environment: "
+                 "int(os.environ['LOCAL_RANK']) (gpudoctor lint flags a device chosen otherwise)")
+    if launch.legacy:
+        return [*_env(launch), "python", "-m", "torch.distributed.launch", *_kept(launch, "torchrun", set()),
+                *_script_words(launch, "torchrun")]
+    return [*_env(launch), "torchrun", *_kept(launch, "torchrun", set()), *_script_words(launch, "torchrun")]
+
+
 _REWRITES = {
+    "drop-literal-local-rank": _drop_literal_local_rank,
     "torchrun-standalone": _torchrun_standalone,
     "torchrun-multinode": _torchrun_multinode,
     "free-port": _free_port,

@@ -36,6 +36,7 @@ def check_command(cmd: str) -> list[LintFinding]:
                    "distributed script needs torchrun, accelerate launch or srun to start one per GPU")
         hits.append(("D1", "no-launcher", "warning", message))
         hits.append(("D5", "no-launcher", "warning", message))
+    hits += _literal_local_rank(launch)
     visible = env.get("CUDA_VISIBLE_DEVICES")
     per_node = _int(launch.option("--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus"))
     if visible is not None and per_node and launch.launcher in ("torchrun", "deepspeed"):
@@ -67,6 +68,18 @@ def _torchrun(launch, env: dict) -> list[tuple[str, str, str, str]]:
                      f"--nnodes {nodes} without --rdzv-endpoint or --master-addr: each node defaults to its own "
                      "localhost and the nodes never meet"))
     return hits
+
+
+def _literal_local_rank(launch) -> list[tuple[str, str, str, str]]:
+    at = launch.literal_local_rank()
+    if at is None:
+        return []
+    given = " ".join(launch.args[at[0]:at[1]])
+    value = given.replace("=", " ").split()[-1]
+    how = "torch.distributed.launch --use_env" if launch.legacy else "torchrun"
+    return [("D3", "literal-local-rank", "error",
+             f"`{given}` is given to every worker: {how} passes no --local_rank of its own, so each process reads "
+             f"{value} and picks the same GPU; drop it and read LOCAL_RANK from the environment")]
 
 
 def _int(value: str | None) -> int | None:

@@ -890,3 +890,22 @@ def test_watchdogs_at_one_seqnum_or_far_apart_are_no_desync(catalog, seqs):
     d = run(catalog, _watchdog(0, seqs[0]) + "\n" + _watchdog(1, seqs[1]))
     assert "D19" not in matches(d)
     assert matches(d)[:1] == ["MN3"]
+
+
+_SWIN = ("CUDA_VISIBLE_DEVICES=0,1,2,3 python -m torch.distributed.launch --nproc_per_node=4 --use_env  --master_port 12345 \\\n"
+         "    main.py --local_rank 0 \\\n    --cfg configs/swin_tiny_patch4_window7_224.yaml\n\nINFO Start training\n")
+
+
+def test_an_echoed_launch_that_hands_every_worker_local_rank_0_is_d3(catalog):
+    d = run(catalog, _SWIN)
+    assert matches(d)[:1] == ["D3"]
+    assert any("--local_rank 0" in n for n in d.notes)
+
+
+@pytest.mark.parametrize("launch", [
+    "python -m torch.distributed.launch --nproc_per_node=4  --master_port 12345",  # its own --local_rank=i wins
+    "python -m torch.distributed.launch --nproc_per_node=1 --use_env  --master_port 12345",  # one worker
+])
+def test_a_literal_local_rank_the_launcher_overrides_or_nobody_shares_is_not_d3(catalog, launch):
+    d = run(catalog, _SWIN.replace(_SWIN.split(" \\")[0], "CUDA_VISIBLE_DEVICES=0,1,2,3 " + launch))
+    assert "D3" not in matches(d)

@@ -111,6 +111,19 @@ def test_d27_one_process_per_visible_gpu():
         rewrite("python train.py", "nproc-to-gpus", {})
 
 
+def test_d3_drops_the_literal_local_rank_and_keeps_the_launcher():
+    new, notes = rewrite("CUDA_VISIBLE_DEVICES=0,1,2,3 python -m torch.distributed.launch --nproc_per_node=4 --use_env "
+                         "--master_port 12345 main.py --local_rank 0 --cfg c.yaml", "drop-literal-local-rank", {})
+    assert _words(new) == ["CUDA_VISIBLE_DEVICES=0,1,2,3", "python", "-m", "torch.distributed.launch",
+                           "--nproc_per_node=4", "--use_env", "--master_port=12345", "main.py", "--cfg", "c.yaml"]
+    assert any("LOCAL_RANK" in n for n in notes)
+    new, _ = rewrite("torchrun --nproc-per-node=8 train.py --local-rank=0 --lr 1", "drop-literal-local-rank", {})
+    assert _words(new) == ["torchrun", "--nproc-per-node=8", "train.py", "--lr", "1"]
+    with pytest.raises(NotApplicable):  # the launcher's own --local_rank=i comes last and wins
+        rewrite("python -m torch.distributed.launch --nproc_per_node=4 main.py --local_rank 0",
+                "drop-literal-local-rank", {})
+
+
 def test_d27_under_srun_one_launcher_per_node():
     cmd = "OMP_NUM_THREADS=4 srun -N 2 --ntasks-per-node=8 -l --gres=gpu:8 torchrun --nnodes=2 --nproc-per-node=8 t.py --lr 1"
     assert parse_launch(cmd).wrapper == ["srun", "-N", "2", "--ntasks-per-node=8", "-l", "--gres=gpu:8"]

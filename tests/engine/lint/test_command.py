@@ -24,6 +24,10 @@ def rules(cmd: str) -> list[tuple[str, str]]:
     ("deepspeed --num_nodes 2 --num_gpus 8 train.py --deepspeed ds.json", [("D6", "deepspeed-nodes-without-hostfile")]),
     ("CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc-per-node=4 train.py", [("D27", "more-ranks-than-visible-gpus")]),
     ("python train.py --epochs 3", [("D1", "no-launcher"), ("D5", "no-launcher")]),
+    # Swin Transformer #158: --use_env, so the launcher passes no --local_rank and every worker reads the literal 0
+    ("python -m torch.distributed.launch --nproc_per_node=4 --use_env --master_port 12345 main.py --local_rank 0",
+     [("D3", "literal-local-rank")]),
+    ("torchrun --nproc-per-node=8 train.py --cfg a.yaml --local-rank=0", [("D3", "literal-local-rank")]),
 ])
 def test_a_command_with_the_bug_is_flagged(cmd, expected):
     assert rules(cmd) == expected
@@ -32,6 +36,10 @@ def test_a_command_with_the_bug_is_flagged(cmd, expected):
 
 @pytest.mark.parametrize("cmd", [
     "torchrun --standalone --nproc-per-node=8 train.py",  # one node: standalone is right
+    # torch.distributed.launch without --use_env appends --local_rank=i after it, and argparse keeps the last
+    "python -m torch.distributed.launch --nproc_per_node=4 main.py --local_rank 0",
+    "torchrun train.py --local_rank 0",  # torchrun's default is one process per node
+    "torchrun --nproc-per-node=8 train.py --local_rank $LOCAL_RANK",
     "torchrun --nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=10.0.0.1:29400 train.py",
     "MASTER_ADDR=10.0.0.1 torchrun --nnodes=2 --nproc-per-node=8 train.py",
     "accelerate launch --num_processes 8 train.py",
