@@ -909,3 +909,46 @@ def test_an_echoed_launch_that_hands_every_worker_local_rank_0_is_d3(catalog):
 def test_a_literal_local_rank_the_launcher_overrides_or_nobody_shares_is_not_d3(catalog, launch):
     d = run(catalog, _SWIN.replace(_SWIN.split(" \\")[0], "CUDA_VISIBLE_DEVICES=0,1,2,3 " + launch))
     assert "D3" not in matches(d)
+
+
+def test_fewer_visible_gpus_than_processes_per_node_on_the_echoed_command_is_d27(catalog):
+    """ACAR-Net #5: the script spawns its own --nproc_per_node 8 workers on the two GPUs CUDA_VISIBLE_DEVICES gives."""
+    text = ("RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:32, unhandled cuda error, "
+            "NCCL version 2.4.8\n\nmy script is :CUDA_VISIBLE_DEVICES='0,1' python main.py --config a.yaml  "
+            "--nproc_per_node 8 --backend nccl  --master_port 31114\n")
+    assert matches(run(catalog, text))[:1] == ["D27"]
+    assert "D27" not in matches(run(catalog, text.replace("--nproc_per_node 8", "--nproc_per_node 2")))
+
+
+_ONE_PROCESS = """Loading checkpoint shards:   0% 0/2 [00:00<?, ?it/s]Traceback (most recent call last):
+  File "/usr/local/bin/accelerate", line 8, in <module>
+    sys.exit(main())
+  File "/usr/local/lib/python3.10/dist-packages/accelerate/commands/launch.py", line 1017, in launch_command
+    {launcher}(args)
+  File "/usr/local/lib/python3.10/dist-packages/accelerate/commands/launch.py", line 637, in {launcher}
+    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)
+subprocess.CalledProcessError: Command '['/usr/bin/python3', '-m', 'autotrain.trainers.clm']' died with <Signals.SIGKILL: 9>.
+"""
+
+
+def test_the_one_process_of_accelerates_simple_launcher_killed_is_not_per_rank_copies(catalog):
+    """autotrain-advanced #456: accelerate's simple_launcher starts one process; SIGKILL there is not D28."""
+    d = run(catalog, _ONE_PROCESS.format(launcher="simple_launcher"))
+    assert "D28" not in matches(d)
+    assert any("simple_launcher" in n for n in d.notes)
+    # the deepspeed launcher's child is a launcher of several ranks: the kill stays D28's sign
+    assert matches(run(catalog, _ONE_PROCESS.format(launcher="deepspeed_launcher")))[:1] == ["D28"]
+
+
+def test_coquis_refusal_of_several_gpus_without_its_launcher_leans_d1(catalog):
+    d = run(catalog, "RuntimeError:  [!] 2 active GPUs. Define the target GPU by `CUDA_VISIBLE_DEVICES`. For "
+                     "multi-gpu training use `TTS/bin/distribute.py`.")
+    assert not matches(d)  # a user after one GPU meets the same words
+    assert [f.id for f in d.findings][:1] == ["D1"]
+
+
+def test_ddps_per_parameter_debug_line_cut_by_a_terminal_wrap_is_d8(catalog):
+    """neuralforecast #1110: TORCH_DISTRIBUTED_DEBUG=INFO names each unused parameter, wrapped at 136 columns."""
+    text = ("[rank1]:[I816 21:41:23.034545571 reducer.cpp:1989] [Rank 1] Parameter: static_encoder.context_grns.3."
+            "glu.lin.bias did not get gradient i\nn backwards pass.\n")
+    assert matches(run(catalog, text))[:1] == ["D8"]
