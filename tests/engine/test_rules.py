@@ -952,3 +952,10 @@ def test_ddps_per_parameter_debug_line_cut_by_a_terminal_wrap_is_d8(catalog):
     text = ("[rank1]:[I816 21:41:23.034545571 reducer.cpp:1989] [Rank 1] Parameter: static_encoder.context_grns.3."
             "glu.lin.bias did not get gradient i\nn backwards pass.\n")
     assert matches(run(catalog, text))[:1] == ["D8"]
+
+
+def test_a_required_local_rank_the_launcher_never_passed_is_d1(catalog):
+    """Swin Transformer #342: main.py requires --local_rank; torch 2.x's launch passes --local-rank."""
+    line = "main.py: error: the following arguments are required: {}"
+    assert matches(run(catalog, line.format("--local_rank")))[:1] == ["D1"]
+    assert "D1" not in matches(run(catalog, line.format("--output_dir")))
