@@ -39,8 +39,8 @@ def _commands(lines: list[str]):
 
 
 def literal_local_rank_rule(text: str, file: str) -> list:
-    if not _TRIGGER.search(text):
-        return []
+    if "rank" not in text or not ("torchrun" in text or "torch.distributed." in text) or not _TRIGGER.search(text):
+        return []  # (plain substring tests first: most logs never compile the pattern)
     from gpudoctor.engine.fixes.errors import FixError
     from gpudoctor.engine.fixes.launch import parse_launch
 
