@@ -8,6 +8,7 @@ HEAD_BYTES = 256 << 10
 MAX_FILES = 64
 _CMD = re.compile(r"^(?:\$|\+|#)?\s*((?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:torchrun|accelerate launch|deepspeed|python3?(?:\.\d+)?)"
                   r"\s+\S.*)$")
+_CONTINUED = re.compile(r"[ \t]*\\\r?\n[ \t]*")
 _PORT_STRICT = re.compile(r"(?:\bport[:= ]+|MASTER_PORT=|--master[-_]port[= ])(\d{2,5})\b", re.I)
 _NCCL_IF = re.compile(r"NCCL INFO (?:Bootstrap|NET/Socket|NET) ?: Using (?:interface )?(?:\[\d+\])?([A-Za-z][\w.-]*):")
 _VIRTUAL_IF = re.compile(r"^(docker|virbr|veth|br-|lo$|cni|flannel|cali)")
@@ -64,11 +65,13 @@ def facts_from_text(texts, evidence=()) -> dict:
             step = clock_seconds(m.group(1)) + clock_seconds(m.group(2))
             facts.setdefault("timeout_minutes", max(60, -(-step * 3 // 2 // 1800) * 30))
     for text in texts:
-        for line in text.splitlines():
-            if "cmd" not in facts:
+        if "cmd" not in facts:
+            for line in _CONTINUED.sub(" ", text).splitlines():  # a command wrapped with backslashes is one line
                 m = _CMD.match(line.strip())
                 if m and (".py" in m.group(1) or "-m " in m.group(1)):
                     facts["cmd"] = m.group(1).strip()
+                    break
+        for line in text.splitlines():
             m = _NCCL_IF.search(line)
             if m and _VIRTUAL_IF.match(m.group(1)) and m.group(1) not in virtual:
                 virtual.append(m.group(1))  # NCCL took a loopback, bridge or tunnel: exclude them all

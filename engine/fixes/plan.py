@@ -48,6 +48,7 @@ def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fact
     if entry is None:
         raise FixError(f"unknown entry {entry_id!r} (see gpudoctor list)")
     facts = dict(facts or {})
+    from_log = not cmd and bool(facts.get("cmd"))  # the command the log echoed, not one the user typed
     cmd = cmd or facts.get("cmd")
     if config:
         facts.setdefault("accelerate_config" if config.endswith((".yaml", ".yml")) else "ds_config", config)
@@ -93,7 +94,15 @@ def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fact
                     continue
                 from gpudoctor.engine.fixes.launch import rewrite
 
-                new, more = rewrite(cmd, action.param("rewrite"), merged)
+                try:
+                    new, more = rewrite(cmd, action.param("rewrite"), merged)
+                except FixError as exc:
+                    if not from_log:
+                        raise
+                    why = str(exc).removeprefix("--cmd: ")
+                    notes.append(f"{label}: the launch command in the log could not be read ({why}); "
+                                 f"give {_NEEDS['command']} to get it rewritten")
+                    continue
                 commands, fix_notes = (new,), fix_notes + more
             elif action.kind == "patch":
                 if not script:

@@ -126,6 +126,29 @@ def test_fix_from_a_log_takes_the_top_finding_and_its_facts(cli):
     assert "--rdzv-endpoint=localhost:0" in cmd and "--master-port" not in cmd
 
 
+def test_fix_from_a_log_reads_a_command_wrapped_with_backslashes(cli):
+    """Swin Transformer #158: the echoed launch spans three lines; D3's rewrite drops the literal --local_rank 0."""
+    log = DATA / "logs" / "D3" / "Swin-Transformer-158-use-env-local-rank-0-stuck.log"
+    res = cli("fix", "--log", str(log), "--json")
+    assert res.code == 0, res
+    data = json.loads(res.out)
+    assert data["entry"] == "D3"
+    [cmd] = [c for f in data["fixes"] for c in f["commands"]]
+    assert "--use_env" in cmd and "main.py --data-path" in cmd and "--local_rank" not in cmd
+
+
+def test_a_log_command_that_cannot_be_parsed_is_a_note_not_an_error(cli, tmp_path):
+    log = tmp_path / "bad.log"
+    log.write_text('$ torchrun --nproc-per-node=8 train.py --name "oops\n'
+                   "[rank0]: RuntimeError: CUDA error: invalid device ordinal\n"
+                   "[rank1]: RuntimeError: CUDA error: invalid device ordinal\n")
+    res = cli("fix", "--log", str(log))
+    assert res.code == 1, res  # nothing to fix, not a usage error
+    assert "launch command in the log could not be read" in res.out and "No closing quotation" in res.out
+    # a command the user typed is still refused outright
+    assert cli("fix", "D27", "--cmd", 'torchrun train.py --name "oops').code == 2
+
+
 def test_diagnose_ends_with_the_fix_against_the_script(cli, tmp_path):
     log = DATA / "logs" / "D4" / "two-torchrun-same-master-port.log"
     res = cli("diagnose", str(log), "--cmd", "torchrun --nproc-per-node=2 --master-port=29731 train.py --lr 3e-4")
