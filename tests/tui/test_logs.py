@@ -92,19 +92,21 @@ async def test_log_text_is_sanitised(make, tmp_path):
 
 
 async def test_a_long_diagnosis_shows_progress_and_can_be_cancelled(make, tmp_path, monkeypatch):
-    # the diagnosis runs at a slow disk's pace (a pause after each block it reports): on a fast machine it could
-    # otherwise finish before the key press arrives, and there would be nothing left to cancel
-    import time
+    # the scan holds after the first block it reports until esc has been pressed (a paced scan still finished first
+    # in 1 of ~10 CI runs): there is always a running diagnosis to cancel, and it sees the cancel at its next report
+    import threading
 
     import gpudoctor.engine.diagnose as engine
 
     real = engine.diagnose
+    pressed = threading.Event()
 
     def paced(catalog, sources, progress=None, **kwargs):
-        def slowly(n):
+        def held(n):
             progress(n)
-            time.sleep(0.2)
-        return real(catalog, sources, progress=slowly if progress else None, **kwargs)
+            pressed.wait(60)
+            progress(0)
+        return real(catalog, sources, progress=held if progress else None, **kwargs)
 
     monkeypatch.setattr(engine, "diagnose", paced)
     path = tmp_path / "big.log"
@@ -112,23 +114,28 @@ async def test_a_long_diagnosis_shows_progress_and_can_be_cancelled(make, tmp_pa
     with open(path, "wb") as fh:
         fh.write(line * ((160 << 20) // len(line)))
     app = make()
-    async with app.run_test(size=(80, 24)) as pilot:
-        app.open_logs([str(path)])
-        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen))
-        screen = app.screen
-        await wait_until(pilot, lambda: "diagnosing" in str(screen.query_one("#status").render()),
-                         what="progress", timeout=60)
-        log = screen.query_one(LogView)
-        await wait_until(pilot, lambda: log.lines_known > 0, what="first lines while indexing")
-        assert log.logfile.lines(0, 1)[0] == line.decode().rstrip("\n")
-        await pilot.press("escape")
-        await wait_until(pilot, lambda: screen.diagnose_worker.state in (WorkerState.CANCELLED, WorkerState.ERROR,
-                                                                         WorkerState.SUCCESS), what="stop", timeout=60)
-        assert screen.diagnosis is None
-        assert "cancelled" in str(screen.query_one("#status").render())
-        assert isinstance(app.screen, LogScreen)  # the first esc cancels; the second goes back
-        await pilot.press("escape")
-        await wait_until(pilot, lambda: not isinstance(app.screen, LogScreen), what="back")
+    try:
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.open_logs([str(path)])
+            await wait_until(pilot, lambda: isinstance(app.screen, LogScreen))
+            screen = app.screen
+            await wait_until(pilot, lambda: "diagnosing" in str(screen.query_one("#status").render()),
+                             what="progress", timeout=60)
+            log = screen.query_one(LogView)
+            await wait_until(pilot, lambda: log.lines_known > 0, what="first lines while indexing")
+            assert log.logfile.lines(0, 1)[0] == line.decode().rstrip("\n")
+            assert screen.diagnose_worker.state == WorkerState.RUNNING
+            await pilot.press("escape")
+            pressed.set()
+            await wait_until(pilot, lambda: screen.diagnose_worker.state in (
+                WorkerState.CANCELLED, WorkerState.ERROR, WorkerState.SUCCESS), what="stop", timeout=60)
+            assert screen.diagnosis is None
+            assert "cancelled" in str(screen.query_one("#status").render())
+            assert isinstance(app.screen, LogScreen)  # the first esc cancels; the second goes back
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, LogScreen), what="back")
+    finally:
+        pressed.set()  # never leave the scan thread waiting
 
 
 async def test_pasted_text_is_diagnosed(make):
