@@ -70,16 +70,21 @@ def _torchrun(launch, env: dict) -> list[tuple[str, str, str, str]]:
     return hits
 
 
-def _literal_local_rank(launch) -> list[tuple[str, str, str, str]]:
+def literal_local_rank_message(launch) -> str | None:
+    """What is wrong with a literal --local_rank N the launch hands every worker (Launch.literal_local_rank), or None."""
     at = launch.literal_local_rank()
     if at is None:
-        return []
+        return None
     given = " ".join(launch.args[at[0]:at[1]])
     value = given.replace("=", " ").split()[-1]
     how = "torch.distributed.launch --use_env" if launch.legacy else "torchrun"
-    return [("D3", "literal-local-rank", "error",
-             f"`{given}` is given to every worker: {how} passes no --local_rank of its own, so each process reads "
-             f"{value} and picks the same GPU; drop it and read LOCAL_RANK from the environment")]
+    return (f"`{given}` is given to every worker: {how} passes no --local_rank of its own, so each process reads "
+            f"{value} and picks the same GPU; drop it and read LOCAL_RANK from the environment")
+
+
+def _literal_local_rank(launch) -> list[tuple[str, str, str, str]]:
+    message = literal_local_rank_message(launch)
+    return [("D3", "literal-local-rank", "error", message)] if message else []
 
 
 def _int(value: str | None) -> int | None:

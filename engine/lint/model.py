@@ -38,6 +38,7 @@ class Hit:
     col: int
     message: str
     severity: str | None = None  # None: the check's default
+    slug: str | None = None  # None: the check's own (a check that also reads launch lines names those its own way)
 
 
 class Check:

@@ -69,7 +69,7 @@ def _findings(text: str, path: str, select, ignore) -> list[LintFinding]:
         for hit in hits:
             if _silenced(lines, hit.line, check):
                 continue
-            out.append(LintFinding(path, hit.line, hit.col, check.code, check.slug, hit.severity or check.severity,
+            out.append(LintFinding(path, hit.line, hit.col, check.code, hit.slug or check.slug, hit.severity or check.severity,
                                    hit.message))
     return out
 

@@ -1,4 +1,5 @@
-"""D3: the GPU is picked with the global rank (set_device(RANK), cuda:{rank}) or hard-coded to cuda:0."""
+"""D3: the GPU is picked with the global rank (set_device(RANK), cuda:{rank}) or hard-coded to cuda:0; in a launch
+script, a literal --local_rank N handed to every worker by torchrun or torch.distributed.launch --use_env."""
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,12 @@ class DeviceFromGlobalRank(Check):
     slug = "device-from-global-rank"
     severity = "error"
     summary = "set_device(RANK), cuda:{rank} or cuda:0 puts processes of other nodes or ranks on the wrong GPU"
+    languages = ("python", "shell")
 
     def find(self, script):
+        if not hasattr(script, "calls"):  # a launch script: its commands, read as `lint --cmd` reads one
+            yield from _launch_lines(script.text)
+            return
         global_names = _global_names(script)
         local = {(getattr(v, "_gd_scope", None), t) for targets, v in script.assigns for t in targets}
 
@@ -115,3 +120,22 @@ def _is_gpu_zero(node, site) -> bool:
         return type(node.value) is int and node.value == 0 and site.attr in ("set_device", "cuda", "to", "device",
                                                                                 "DistributedDataParallel", "DDP")
     return False
+
+
+def _launch_lines(text: str):
+    from gpudoctor.engine.fixes.errors import FixError
+    from gpudoctor.engine.fixes.launch import parse_launch
+    from gpudoctor.engine.lint.command import literal_local_rank_message
+    from gpudoctor.engine.lint.sbatch import commands
+
+    lines = text.splitlines()
+    for command in commands(text):
+        if command.launcher() not in ("torchrun", "torch.distributed.run", "torch.distributed.launch"):
+            continue
+        try:
+            message = literal_local_rank_message(parse_launch(command.code))
+        except FixError:
+            continue
+        if message:
+            line, col = command.column(lines, "--local")
+            yield Hit(line, col, message, slug="literal-local-rank")
