@@ -96,12 +96,16 @@ def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fact
 
                 try:
                     new, more = rewrite(cmd, action.param("rewrite"), merged)
-                except FixError as exc:
+                except NotApplicable:
+                    raise
+                except FixError as exc:  # the log's command, unlike one typed with --cmd, is no usage error
                     if not from_log:
                         raise
-                    why = str(exc).removeprefix("--cmd: ")
-                    notes.append(f"{label}: the launch command in the log could not be read ({why}); "
-                                 f"give {_NEEDS['command']} to get it rewritten")
+                    why = str(exc)
+                    if why.startswith("--cmd: "):  # parse_launch could not read the line the log echoed
+                        why = (f"the launch command in the log could not be read ({why.removeprefix('--cmd: ')}); "
+                               f"give {_NEEDS['command']} to get it rewritten")
+                    notes.append(f"{label}: {why}")
                     continue
                 commands, fix_notes = (new,), fix_notes + more
             elif action.kind == "patch":

@@ -147,6 +147,10 @@ def test_a_log_command_that_cannot_be_parsed_is_a_note_not_an_error(cli, tmp_pat
     assert "launch command in the log could not be read" in res.out and "No closing quotation" in res.out
     # a command the user typed is still refused outright
     assert cli("fix", "D27", "--cmd", 'torchrun train.py --name "oops').code == 2
+    # a rewrite that does not apply to the log's command says why, in its own words
+    log.write_text("$ python train.py --lr 1\n" + log.read_text().split("\n", 1)[1])
+    res = cli("fix", "D27", "--log", str(log))
+    assert "nproc-to-gpus: python starts one process" in res.out and "could not be read" not in res.out, res
 
 
 def test_diagnose_ends_with_the_fix_against_the_script(cli, tmp_path):
