@@ -23,30 +23,20 @@ VISIBLE_SCORE = 0.6
 _ONE_PROCESS_KILLED = _lazy(r"in simple_launcher\b[\s\S]{0,600}?died with <Signals\.SIGKILL: 9>")
 
 
-def _commands(lines: list[str]):
-    """(line number, command) for each echoed launch, continuation lines (a trailing backslash) joined."""
-    i = 0
-    while i < len(lines):
-        first, text = i, lines[i]
-        while text.rstrip().endswith("\\") and i + 1 < len(lines):
-            i += 1
-            text = text.rstrip()[:-1] + " " + lines[i].strip()
-        i += 1
-        if "torchrun" in text or "torch.distributed." in text:
-            m = _START.search(text)
-            if m is not None:
-                yield first + 1, text[m.start():]
-
-
 def literal_local_rank_rule(text: str, file: str) -> list:
     if "rank" not in text or not ("torchrun" in text or "torch.distributed." in text) or not _TRIGGER.search(text):
         return []  # (plain substring tests first: most logs never compile the pattern)
     from gpudoctor.engine.fixes.errors import FixError
     from gpudoctor.engine.fixes.launch import parse_launch
+    from gpudoctor.engine.lint.sbatch import commands  # continuation lines joined, as in a launch script
 
-    for line_no, cmd in _commands(text.splitlines()):
+    for command in commands(text):
+        m = _START.search(command.code) if "torchrun" in command.code or "torch.distributed." in command.code else None
+        if m is None:
+            continue
+        line_no = command.first
         try:
-            launch = parse_launch(cmd)
+            launch = parse_launch(command.code[m.start():])
         except FixError:
             continue
         at = launch.literal_local_rank()
