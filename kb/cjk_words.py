@@ -40,6 +40,7 @@ _WORDS = {
     "从节点": "worker node", "防火墙": "firewall", "网络接口": "network interface", "容器": "container docker",
     "连接": "connection", "断开": "connection closed", "通信失败": "communication fail",
     "地址已被使用": "address already in use", "端口冲突": "port in use", "显卡": "gpu", "多进程": "multi process",
+    "缓慢": "slow", "很慢": "slow", "变慢": "slow", "速度慢": "slow", "慢": "slow", "遅い": "slow", "느림": "slow",
     "死机": "hang", "无法启动": "fail to start", "启动": "launch",
     "负载不均": "imbalance", "不均衡": "imbalance", "利用率": "utilization", "环境变量": "environment variable",
     "初始化": "init", "初期化": "init", "초기화": "init", "通信": "communication", "통신": "communication",

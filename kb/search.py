@@ -73,6 +73,12 @@ _SYNONYMS = {
     "identical": "same",
     "dpp": "ddp",  # the usual slip, too short for the fuzzy match
     "unbalanced": "imbalance", "imbalanced": "imbalance", "unequal": "uneven",
+    # "across GPUs", "on each GPU" and "on every GPU" say one thing
+    "each": "every", "across": "every",
+    "inconsistent": "mismatch", "inconsistence": "mismatch", "inconsistency": "mismatch",
+    "mismatched": "mismatch", "mismatches": "mismatch",
+    "differ": "differ", "differs": "differ", "different": "differ", "difference": "differ",
+    "differences": "differ", "differently": "differ",
 }
 # Phrases users type for what the catalogue says one way: "the first gpu" is GPU 0, "rank zero" is rank 0.
 _PHRASES = [

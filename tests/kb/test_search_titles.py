@@ -65,9 +65,10 @@ def test_third_held_set_is_measured_and_keeps_a_floor():
 @pytest.mark.parametrize("split, floors", [
     # both collected 2026-11-27 (session 10) by two collectors that never ran search, from threads in no other set;
     # 'tune4' was measured once on arrival and then used for tuning (CJK words, a few keywords and paraphrases),
-    # 'held4' is held out. On arrival: tune4 45.0% / 63.3%, held4 43.8% / 75.0% (top-1 / top-3)
+    # 'held4' was held out. On arrival: tune4 45.0% / 63.3%, held4 43.8% / 75.0% (top-1 / top-3); held4 became
+    # 'tune5' in session 13 (46.9% / 75.0% before its misses were read, 64.1% / 82.8% after the changes for them)
     ("tune4", (0.38, 0.55)),
-    ("held4", (0.33, 0.62)),
+    ("tune5", (0.50, 0.70)),
 ])
 def test_the_fourth_sets_are_measured_and_keep_a_floor(split, floors):
     rows_in = yaml.safe_load((Path(__file__).parent / f"search_titles_{split}.yaml").read_text(encoding="utf-8"))
