@@ -26,6 +26,8 @@ BUS_WINDOW = 20  # lines of a crash report's backtrace read after the signal lin
 
 
 _RANK_SIGBUS = _lazy(r"rank\s*:\s*(\d+)[^\n]*\n(?:[^\n]*\n){0,3}?\s*exitcode\s*:\s*-7\b")
+# torch.distributed.elastic's own line for the first local rank that failed (torch 1.9-2.x, multiprocessing/api.py)
+_ELASTIC_SIGBUS = _lazy(r"failed \(exitcode: -7\) local_rank: (\d+)")
 _LOADER_BUS = _lazy(r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|Unexpected bus error encountered in worker")
 
 
@@ -86,7 +88,17 @@ def _ranks_bus_error(text: str, file: str) -> list[Verdict]:
     for m in _RANK_SIGBUS.finditer(text):
         ranks.setdefault(m.group(1), m.start())
     if len(ranks) < 2:
-        return []
+        # one training process killed by SIGBUS: shared memory is the usual cause under several ranks, but a
+        # memory-mapped file truncated behind a single reader faults the same way, so it stays a lean
+        m = _ELASTIC_SIGBUS.search(text) or _RANK_SIGBUS.search(text)
+        if m is None:
+            return []
+        at, line = line_at(text, m.start())
+        evidence = (Evidence(file, at, line, "hint:rank-killed-by-sigbus"),
+                    Evidence(file, at, f"local rank {m.group(1)} was killed by SIGBUS (exit code -7): memory it had "
+                                       "mapped, most often a shared-memory segment in /dev/shm, had no space behind it",
+                             "because"))
+        return [Verdict("D24", "hint:rank-killed-by-sigbus", evidence, score=0.5, tier="possible")]
     first, line = line_at(text, min(ranks.values()))
     evidence = (Evidence(file, first, line, "rule:ranks-killed-by-sigbus"),
                 Evidence(file, first, f"ranks {', '.join(sorted(ranks, key=int))} were killed by SIGBUS (exit code "

@@ -959,3 +959,32 @@ def test_a_required_local_rank_the_launcher_never_passed_is_d1(catalog):
     line = "main.py: error: the following arguments are required: {}"
     assert matches(run(catalog, line.format("--local_rank")))[:1] == ["D1"]
     assert "D1" not in matches(run(catalog, line.format("--output_dir")))
+
+
+_ELASTIC_SIGBUS = ("Bus error: nonexistent physical address\n"
+                   "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 53138) "
+                   "of binary: /usr/bin/python\n"
+                   "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
+
+
+def test_one_rank_killed_by_sigbus_leans_d24_and_a_dataloader_bus_error_does_not(catalog):
+    """torch.distributed.elastic's line for a training process killed by SIGBUS (exit code -7) is a lean to D24, not
+    a match: one process faulting on mapped memory may be a truncated file; two ranks together stay a match."""
+    d = run(catalog, _ELASTIC_SIGBUS)
+    assert matches(d) == [] and possible(d)[:1] == ["D24"]
+    assert any("SIGBUS" in ev.text for ev in d.findings[0].evidence)
+    loader = _ELASTIC_SIGBUS + "RuntimeError: DataLoader worker (pid 37) is killed by signal: Bus error.\n"
+    assert "D24" not in possible(run(catalog, loader))[:1]
+    other = _ELASTIC_SIGBUS.replace("exitcode: -7", "exitcode: 1").replace("Bus error: nonexistent physical address",
+                                                                          "ValueError: bad config")
+    assert "D24" not in possible(run(catalog, other))[:1]
+
+
+@pytest.mark.parametrize("line", [
+    'AssertionError: dist_url=auto is not supported for multi-machine jobs.',   # nerfstudio
+    'AssertionError: dist_url=auto not supported in multi-machine jobs.',        # detectron2
+    'ValueError: dist_url="auto" not supported in multi-machine jobs',           # launchers that raise instead
+])
+def test_an_auto_init_url_refused_for_several_machines_is_d2(catalog, line):
+    d = run(catalog, "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n" + line + "\n")
+    assert matches(d)[:1] == ["D2"]
