@@ -99,3 +99,31 @@ def device_list_rule(text: str, file: str) -> list:
         here = Evidence(file, i + 1, line, "rule:device-list-by-local-rank")
         return [Verdict("D27", "rule:device-list-by-local-rank", (here, why), score=0.8)]
     return []
+
+
+# ultralytics' select_device (8.x, ultralytics/utils/torch_utils.py) refuses a device list the machine cannot serve
+# and prints what torch sees: "Invalid CUDA 'device=0,1' requested. ..." then "torch.cuda.device_count(): 1"
+_REQUESTED = _lazy(r"Invalid CUDA '(?:--)?device[= ]([\d,\s]+)' requested")
+_COUNT = _lazy(r"torch\.cuda\.device_count\(\): (\d+)")
+
+
+def requested_devices_rule(text: str, file: str) -> list:
+    """D27 when a trainer refused a list of more GPUs than torch can see, and at least one GPU is visible: one process
+    per listed GPU means more processes than GPUs. With no GPU visible at all the cause is a CPU-only torch or a
+    driver, and a single id or ids past the count but no more of them than GPUs are a wrong index: silent there."""
+    if "requested" not in text or "device_count" not in text:
+        return []
+    m = _REQUESTED.search(text)
+    count = _COUNT.search(text, m.end()) if m else None
+    if m is None or count is None:
+        return []
+    ids = [int(d) for d in m.group(1).replace(" ", "").split(",") if d]
+    visible = int(count.group(1))
+    if len(ids) < 2 or visible < 1 or len(ids) <= visible:
+        return []  # one GPU, or ids past the count but no more of them than GPUs: a wrong index, not too many ranks
+    from gpudoctor.engine.textfind import line_at
+
+    here = Evidence(file, *line_at(text, m.start()), "rule:requested-devices-past-count")
+    why = Evidence(file, line_at(text, count.start())[0],
+                   f"{len(ids)} GPU(s) requested ({m.group(1).strip()}) where torch sees {visible}", "because")
+    return [Verdict("D27", "rule:requested-devices-past-count", (here, why), score=0.8)]

@@ -988,3 +988,21 @@ def test_one_rank_killed_by_sigbus_leans_d24_and_a_dataloader_bus_error_does_not
 def test_an_auto_init_url_refused_for_several_machines_is_d2(catalog, line):
     d = run(catalog, "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n" + line + "\n")
     assert matches(d)[:1] == ["D2"]
+
+
+_ULTRA = ("Traceback (most recent call last):\n  File \"train.py\", line 4, in <module>\n"
+          "ValueError: Invalid CUDA 'device={ids}' requested. Use 'device=cpu' or pass valid CUDA device(s) if available, "
+          "i.e. 'device=0' or 'device=0,1,2,3' for Multi-GPU.\n\ntorch.cuda.is_available(): True\n"
+          "torch.cuda.device_count(): {count}\nos.environ['CUDA_VISIBLE_DEVICES']: None\n")
+
+
+@pytest.mark.parametrize("ids, count, d27", [
+    ("0,1", 1, True),        # two processes for one GPU
+    ("0,1,2,3", 2, True),
+    ("0,1", 0, False),       # no GPU at all: a CPU-only torch or a driver, not too many ranks
+    ("1", 1, False),         # one process asking for a GPU that is not there: a wrong index
+    ("2,3", 2, False),       # as many ids as GPUs, past the count: physical ids, not too many ranks
+])
+def test_ultralytics_refusing_more_gpus_than_visible_is_d27(catalog, ids, count, d27):
+    d = run(catalog, _ULTRA.format(ids=ids, count=count))
+    assert (matches(d)[:1] == ["D27"]) is d27
