@@ -1006,3 +1006,21 @@ _ULTRA = ("Traceback (most recent call last):\n  File \"train.py\", line 4, in <
 def test_ultralytics_refusing_more_gpus_than_visible_is_d27(catalog, ids, count, d27):
     d = run(catalog, _ULTRA.format(ids=ids, count=count))
     assert (matches(d)[:1] == ["D27"]) is d27
+
+
+@pytest.mark.parametrize("line, entry", [
+    # fairseq: fewer batches than GPUs, a rank had no batch to take a dummy from
+    ("Exception: Trying to use an uninitialized 'dummy' batch. This usually indicates that the total number of "
+     "batches is smaller than the number of participating GPUs. Try reducing the batch size or using fewer GPUs.",
+     "D9"),
+])
+def test_framework_wordings_of_uneven_batches(catalog, line, entry):
+    assert matches(run(catalog, line + "\n"))[:1] == [entry]
+
+
+def test_allennlp_worker_done_then_a_collective_timeout_is_d9_and_alone_is_not(catalog):
+    done = "2021-03-02 00:46:12,994 - INFO - allennlp.training.trainer - Worker 1 completed its entire epoch (training).\n"
+    wait = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4711, OpType=ALLREDUCE, NumelIn=1, "
+            "NumelOut=1, Timeout(ms)=1800000) ran for 1800312 milliseconds before timing out.\n")
+    assert "D9" in matches(run(catalog, done + wait))[:2]
+    assert "D9" not in matches(run(catalog, done))
