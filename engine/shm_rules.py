@@ -79,7 +79,8 @@ def _bus_error(text: str, file: str) -> list[Verdict]:
 
 def _ranks_bus_error(text: str, file: str) -> list[Verdict]:
     """torchrun's failure report with two or more ranks killed by SIGBUS and no DataLoader bus error: the training
-    processes faulted on shared memory together, which a full /dev/shm under NCCL's segments does."""
+    processes faulted on shared memory together, which a full /dev/shm under NCCL's segments does. A single rank
+    killed so (elastic's "failed (exitcode: -7) local_rank: N" line) is only a lean."""
     if "exitcode" not in text or ("SIGBUS" not in text and "-7" not in text) or _LOADER_BUS.search(text):
         return []
     from gpudoctor.engine.textfind import line_at
@@ -95,7 +96,7 @@ def _ranks_bus_error(text: str, file: str) -> list[Verdict]:
             return []
         at, line = line_at(text, m.start())
         evidence = (Evidence(file, at, line, "hint:rank-killed-by-sigbus"),
-                    Evidence(file, at, f"local rank {m.group(1)} was killed by SIGBUS (exit code -7): memory it had "
+                    Evidence(file, at, f"rank {m.group(1)} was killed by SIGBUS (exit code -7): memory it had "
                                        "mapped, most often a shared-memory segment in /dev/shm, had no space behind it",
                              "because"))
         return [Verdict("D24", "hint:rank-killed-by-sigbus", evidence, score=0.5, tier="possible")]
