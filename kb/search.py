@@ -79,6 +79,11 @@ _SYNONYMS = {
     "mismatched": "mismatch", "mismatches": "mismatch",
     "differ": "differ", "differs": "differ", "different": "differ", "difference": "differ",
     "differences": "differ", "differently": "differ",
+    # a figure that got worse, however the user puts it
+    "drop": "drop", "drops": "drop", "dropped": "drop", "dropping": "drop", "descend": "drop",
+    "descended": "drop", "decline": "drop", "declined": "drop",
+    "decrease": "drop", "decreased": "drop", "decreases": "drop", "worse": "drop",
+    "lower": "drop",
 }
 # Phrases users type for what the catalogue says one way: "the first gpu" is GPU 0, "rank zero" is rank 0.
 _PHRASES = [
@@ -166,6 +171,11 @@ def _terms(text: str) -> list[tuple[str, str | None, str | None]]:
             out.append((raw, _stem("".join(parts)) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None,
                         None))
             of = raw
+            # an attribute path (model.no_sync, dist.all_reduce): each dotted name is a compound of its own
+            for seg in raw.split(".") if "." in raw else ():
+                sub = _WORD.findall(seg)
+                if 1 < len(sub) <= 3 and all(p.isalpha() for p in sub) and seg != raw:
+                    out.append((seg, _stem("".join(sub)), of))
         for part in parts:
             if part in _EXPANSIONS:
                 out.extend((t, None, of) for t in _EXPANSIONS[part])
