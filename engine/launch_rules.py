@@ -20,6 +20,9 @@ _START = _lazy(r"(?:\b[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?(?:python[\d.]*|torchrun
 SCORE = 0.65
 _VISIBLE = _lazy(r"\bCUDA_VISIBLE_DEVICES=['\"]?(\d+(?:,\d+)*)['\"]?\s.*?--nproc[_-]per[_-]node[= ]+(\d+)\b")
 VISIBLE_SCORE = 0.6
+# the failure too many ranks for the GPUs must end in: two ranks on one device, or an index past the visible ones
+_TOO_FEW_GPUS = _lazy(r"Duplicate GPU detected|invalid device ordinal")
+EXPLAINED_SCORE = 0.95  # the launch line explains the failure the log ends in: ahead of D3's reading of that failure
 _ONE_PROCESS_KILLED = _lazy(r"in simple_launcher\b[\s\S]{0,600}?died with <Signals\.SIGKILL: 9>")
 
 
@@ -63,7 +66,10 @@ def visible_devices_rule(text: str, file: str) -> list:
             here = Evidence(file, line_no, line, "rule:nproc-above-visible-gpus")
             note = (f"line {line_no}: {nproc} processes per node but CUDA_VISIBLE_DEVICES={m.group(1)} shows "
                     f"{gpus} GPU{'s' if gpus > 1 else ''}")
-            return [Verdict("D27", "rule:nproc-above-visible-gpus", (here,), score=VISIBLE_SCORE, note=note)]
+            # with fewer GPUs than ranks, some ranks share a device or index past the last one whatever the script
+            # picks its GPU by: the duplicate-GPU or ordinal error that follows is this, not a RANK/LOCAL_RANK slip
+            score = EXPLAINED_SCORE if _TOO_FEW_GPUS.search(text) else VISIBLE_SCORE
+            return [Verdict("D27", "rule:nproc-above-visible-gpus", (here,), score=score, note=note)]
     return []
 
 

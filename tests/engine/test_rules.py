@@ -920,6 +920,22 @@ def test_fewer_visible_gpus_than_processes_per_node_on_the_echoed_command_is_d27
     assert "D27" not in matches(run(catalog, text.replace("--nproc_per_node 8", "--nproc_per_node 2")))
 
 
+
+_DUPLICATE = """CUDA_VISIBLE_DEVICES={visible} torchrun --master_port=7777 --nproc_per_node=4 train.py -c configs/det.yml
+[rank3]: Last error:
+[rank3]: Duplicate GPU detected : rank 3 and rank 0 both on CUDA device 86000
+[rank1]:   File "/usr/local/lib/python3.10/dist-packages/torch/nn/parallel/distributed.py", line 825, in __init__
+"""
+
+
+def test_a_duplicate_gpu_under_a_launch_with_fewer_visible_gpus_than_ranks_is_d27_first(catalog):
+    """DEIMv2 #81: four ranks on the one GPU CUDA_VISIBLE_DEVICES=1 leaves share it whatever index each picks, so
+    the duplicate-GPU error D3 reads alone is the launch's doing."""
+    assert matches(run(catalog, _DUPLICATE.format(visible="1")))[:1] == ["D27"]
+    # with a GPU for every rank the duplicate is a rank that picked another's GPU: D3 as before
+    assert matches(run(catalog, _DUPLICATE.format(visible="0,1,2,3")))[:1] == ["D3"]
+
+
 _ONE_PROCESS = """Loading checkpoint shards:   0% 0/2 [00:00<?, ?it/s]Traceback (most recent call last):
   File "/usr/local/bin/accelerate", line 8, in <module>
     sys.exit(main())
@@ -1024,3 +1040,21 @@ def test_allennlp_worker_done_then_a_collective_timeout_is_d9_and_alone_is_not(c
             "NumelOut=1, Timeout(ms)=1800000) ran for 1800312 milliseconds before timing out.\n")
     assert "D9" in matches(run(catalog, done + wait))[:2]
     assert "D9" not in matches(run(catalog, done))
+
+
+def test_a_timeout_raised_inside_deepspeeds_checkpoint_tag_validation_is_d21(catalog):
+    """MOSS #275: rank 0 alone called save_checkpoint, whose tag check all-reduces; the watchdog fired there."""
+    text = """[E ProcessGroupNCCL.cpp:821] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=10646, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1808898 milliseconds before timing out.
+Traceback (most recent call last):
+  File "finetune.py", line 272, in train
+    model.save_checkpoint(args.output_dir, global_step)
+  File "/usr/local/lib/python3.8/dist-packages/deepspeed/runtime/engine.py", line 3120, in save_checkpoint
+    self._checkpoint_tag_validation(tag)
+  File "/usr/local/lib/python3.8/dist-packages/deepspeed/runtime/engine.py", line 3072, in _checkpoint_tag_validation
+    dist.all_reduce(max_bhash, op=dist.ReduceOp.MAX)
+"""
+    assert matches(run(catalog, text))[:1] == ["D21"]
+    # the same timeout in a training step's all-reduce says nothing about who skipped a save
+    other = (text.replace("_checkpoint_tag_validation", "allreduce_gradients").replace("save_checkpoint", "step")
+             .replace("max_bhash, op=dist.ReduceOp.MAX", "grad_buffer"))
+    assert "D21" not in matches(run(catalog, other))
