@@ -247,3 +247,20 @@ def test_horovod_stall_warning_alone_leans_to_d19_without_a_finding():
             "than 60 seconds. This may indicate that different ranks are trying to submit different tensors or that "
             "only subset of ranks is submitting tensors, which will cause deadlock.")
     assert [f.tier for f in d.findings][:1] == ["possible"] and d.findings[0].id == "D19"
+
+
+def test_torchs_stock_advice_after_a_cuda_error_does_not_reorder_the_guesses():
+    """drugex #11: the advice torch appends to every CUDA error ("Compile with TORCH_USE_CUDA_DSA ...") shares words
+    with D3 (device) and put it ahead of D27 for a bare invalid ordinal; without it the error's own words decide."""
+    from gpudoctor.engine.possible import line_words
+
+    bare = "RuntimeError: CUDA error: invalid device ordinal"
+    advice = ("CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+              "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1.\n"
+              "Compile with `TORCH_USE_CUDA_DSA`to enable device-side assertions.")
+    assert line_words(bare + " Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.") == bare
+    alone = [f.id for f in run(bare).findings]
+    with_advice = [f.id for f in run(bare + "\n" + advice).findings]
+    assert with_advice[:2] == alone[:2]
+    # the advice is dropped only as torch words it: a line that merely mentions the variable keeps its words
+    assert "TORCH_USE_CUDA_DSA" in line_words("set TORCH_USE_CUDA_DSA=1 and rebuild")
