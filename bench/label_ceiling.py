@@ -70,6 +70,15 @@ def figures(rows: list[dict]) -> dict:
         "tool_first_named": rate(sum(t["ranked"][:1] == [r["case"]["expect"]] for r, t in pos), len(pos)),
         "tool_top3": rate(sum(r["case"]["expect"] in t["ranked"] for r, t in pos), len(pos)),
         "tool_negatives_clean": rate(sum(not t["matches"] for _, t in neg), len(neg)),
+        "tool_confident_share": rate(sum(bool(t["matches"]) for _, t in pos), len(pos)),
+        "tool_confident_precision": rate(sum(t["matches"][:1] == [r["case"]["expect"]] for r, t in pos),
+                                         sum(bool(t["matches"]) for _, t in pos)),
+        "tool_first_named_where_reader_guessed": rate(
+            sum(t["ranked"][:1] == [r["case"]["expect"]] for r, t in pos if r["confidence"] != "sure"),
+            sum(r["confidence"] != "sure" for r, _ in pos)),
+        "reader_right_where_guessed": rate(
+            sum(r["label"] == r["case"]["expect"] for r, _ in pos if r["confidence"] != "sure"),
+            sum(r["confidence"] != "sure" for r, _ in pos)),
         "tool_top1_where_reader_sure_and_right": rate(
             sum(t["matches"][:1] == [r["case"]["expect"]] for r, t in sure if r["label"] == r["case"]["expect"]),
             sum(r["label"] == r["case"]["expect"] for r, _ in sure)),
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return "-" if v is None else f"{100 * v:.1f}%"
 
     for which, f in found.items():
-        print(f"{which}: {f['logs']} public logs ({f['positives']} positives, {f['negatives']} negatives), "
+        print(f"{which}: {f['logs']} public logs ({f['positives']} positives, {f['negatives']} negatives),\n"
               "labelled blind from the log and the catalogue alone")
         print(f"  {'':48}{'reader':>9}{'gpudoctor':>11}")
         print(f"  {'top-1 (gpudoctor: confident match)':48}{pct(f['reader_top1']):>9}"
@@ -99,9 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {'negatives: no cause named (gpudoctor: no match)':48}{pct(f['reader_negatives_none']):>9}"
               f"{pct(f['tool_negatives_clean']):>11}")
         print(f"  {'negatives: no cause named for sure':48}{pct(f['reader_negatives_not_sure']):>9}")
-        print(f"  reader sure of {pct(f['reader_sure_share'])} of the positives and right on "
-              f"{pct(f['reader_sure_right'])} of those;\n  gpudoctor matches "
-              f"{pct(f['tool_top1_where_reader_sure_and_right'])} of the logs the reader was sure of and right about\n")
+        rows = [("reader sure of the cause (share of positives)", f["reader_sure_share"], None),
+                ("right where the reader was sure", f["reader_sure_right"], None),
+                ("confident match where the reader was sure+right", None, f["tool_top1_where_reader_sure_and_right"]),
+                ("right where the reader guessed (gpudoctor: 1st)", f["reader_right_where_guessed"],
+                 f["tool_first_named_where_reader_guessed"]),
+                ("confident match (share of positives)", None, f["tool_confident_share"]),
+                ("confident match right", None, f["tool_confident_precision"])]
+        for label, reader, tool in rows:
+            shown = (pct(reader) if reader is not None else "", pct(tool) if tool is not None else "")
+            print(f"  {label:48}{shown[0]:>9}{shown[1]:>11}".rstrip())
+        print()
     return 0
 
 if __name__ == "__main__":
