@@ -75,7 +75,7 @@ def test_an_archive_piped_to_stdin_is_read_member_by_member(cli_proc, tmp_path, 
     archive = make(tmp_path / "logs.bin")
     r = cli_proc("diagnose", "--no-color", input=archive.read_bytes(), env={"TMPDIR": str(tmp_path)})
     assert r.code == 0, r.err
-    assert f"files in <stdin>/job/" in r.out.splitlines()[0] and _ranks(r.out) == ["0", "1", "2", "3"]
+    assert "files in <stdin>/job/" in r.out.splitlines()[0] and _ranks(r.out) == ["0", "1", "2", "3"]
     assert not list(tmp_path.glob("gpudoctor-archive-*"))
 
 

@@ -2,47 +2,30 @@
 (D1, D2, D3, D24, D27, D28 read from the launch rather than from the error alone)."""
 from __future__ import annotations
 
-import io
-
 import pytest
-
-from gpudoctor.engine.diagnose import diagnose
-from gpudoctor.engine.sources import Source
-from gpudoctor.kb.catalog import load_catalog
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog(use_cache=False)
-
-
-def run(catalog, text: str):
-    return diagnose(catalog, [Source("<stdin>", None, None)], stdin=io.BytesIO(text.encode()))
-
-
-def matches(d):
-    return [f.id for f in d.findings if f.tier == "match"]
-
-
-def possible(d):
-    return [f.id for f in d.findings if f.tier == "possible"]
+from rule_helpers import matches, possible, run
 
 
 _SWIN = ("CUDA_VISIBLE_DEVICES=0,1,2,3 python -m torch.distributed.launch --nproc_per_node=4 --use_env  --master_port 12345 \\\n"
          "    main.py --local_rank 0 \\\n    --cfg configs/swin_tiny_patch4_window7_224.yaml\n\nINFO Start training\n")
+
 
 def test_an_echoed_launch_that_hands_every_worker_local_rank_0_is_d3(catalog):
     d = run(catalog, _SWIN)
     assert matches(d)[:1] == ["D3"]
     assert any("--local_rank 0" in n for n in d.notes)
 
+
 @pytest.mark.parametrize("launch", [
     "python -m torch.distributed.launch --nproc_per_node=4  --master_port 12345",  # its own --local_rank=i wins
     "python -m torch.distributed.launch --nproc_per_node=1 --use_env  --master_port 12345",  # one worker
 ])
+
+
 def test_a_literal_local_rank_the_launcher_overrides_or_nobody_shares_is_not_d3(catalog, launch):
     d = run(catalog, _SWIN.replace(_SWIN.split(" \\")[0], "CUDA_VISIBLE_DEVICES=0,1,2,3 " + launch))
     assert "D3" not in matches(d)
+
 
 def test_fewer_visible_gpus_than_processes_per_node_on_the_echoed_command_is_d27(catalog):
     """ACAR-Net #5: the script spawns its own --nproc_per_node 8 workers on the two GPUs CUDA_VISIBLE_DEVICES gives."""
@@ -52,11 +35,13 @@ def test_fewer_visible_gpus_than_processes_per_node_on_the_echoed_command_is_d27
     assert matches(run(catalog, text))[:1] == ["D27"]
     assert "D27" not in matches(run(catalog, text.replace("--nproc_per_node 8", "--nproc_per_node 2")))
 
+
 _DUPLICATE = """CUDA_VISIBLE_DEVICES={visible} torchrun --master_port=7777 --nproc_per_node=4 train.py -c configs/det.yml
 [rank3]: Last error:
 [rank3]: Duplicate GPU detected : rank 3 and rank 0 both on CUDA device 86000
 [rank1]:   File "/usr/local/lib/python3.10/dist-packages/torch/nn/parallel/distributed.py", line 825, in __init__
 """
+
 
 def test_a_duplicate_gpu_under_a_launch_with_fewer_visible_gpus_than_ranks_is_d27_first(catalog):
     """DEIMv2 #81: four ranks on the one GPU CUDA_VISIBLE_DEVICES=1 leaves share it whatever index each picks, so
@@ -64,6 +49,7 @@ def test_a_duplicate_gpu_under_a_launch_with_fewer_visible_gpus_than_ranks_is_d2
     assert matches(run(catalog, _DUPLICATE.format(visible="1")))[:1] == ["D27"]
     # with a GPU for every rank the duplicate is a rank that picked another's GPU: D3 as before
     assert matches(run(catalog, _DUPLICATE.format(visible="0,1,2,3")))[:1] == ["D3"]
+
 
 _ONE_PROCESS = """Loading checkpoint shards:   0% 0/2 [00:00<?, ?it/s]Traceback (most recent call last):
   File "/usr/local/bin/accelerate", line 8, in <module>
@@ -75,6 +61,7 @@ _ONE_PROCESS = """Loading checkpoint shards:   0% 0/2 [00:00<?, ?it/s]Traceback 
 subprocess.CalledProcessError: Command '['/usr/bin/python3', '-m', 'autotrain.trainers.clm']' died with <Signals.SIGKILL: 9>.
 """
 
+
 def test_the_one_process_of_accelerates_simple_launcher_killed_is_not_per_rank_copies(catalog):
     """autotrain-advanced #456: accelerate's simple_launcher starts one process; SIGKILL there is not D28."""
     d = run(catalog, _ONE_PROCESS.format(launcher="simple_launcher"))
@@ -83,11 +70,13 @@ def test_the_one_process_of_accelerates_simple_launcher_killed_is_not_per_rank_c
     # the deepspeed launcher's child is a launcher of several ranks: the kill stays D28's sign
     assert matches(run(catalog, _ONE_PROCESS.format(launcher="deepspeed_launcher")))[:1] == ["D28"]
 
+
 def test_coquis_refusal_of_several_gpus_without_its_launcher_leans_d1(catalog):
     d = run(catalog, "RuntimeError:  [!] 2 active GPUs. Define the target GPU by `CUDA_VISIBLE_DEVICES`. For "
                      "multi-gpu training use `TTS/bin/distribute.py`.")
     assert not matches(d)  # a user after one GPU meets the same words
     assert [f.id for f in d.findings][:1] == ["D1"]
+
 
 def test_a_required_local_rank_the_launcher_never_passed_is_d1(catalog):
     """Swin Transformer #342: main.py requires --local_rank; torch 2.x's launch passes --local-rank."""
@@ -95,10 +84,12 @@ def test_a_required_local_rank_the_launcher_never_passed_is_d1(catalog):
     assert matches(run(catalog, line.format("--local_rank")))[:1] == ["D1"]
     assert "D1" not in matches(run(catalog, line.format("--output_dir")))
 
+
 _ELASTIC_SIGBUS = ("Bus error: nonexistent physical address\n"
                    "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -7) local_rank: 0 (pid: 53138) "
                    "of binary: /usr/bin/python\n"
                    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n")
+
 
 def test_one_rank_killed_by_sigbus_leans_d24_and_a_dataloader_bus_error_does_not(catalog):
     """torch.distributed.elastic's line for a training process killed by SIGBUS (exit code -7) is a lean to D24, not
@@ -112,19 +103,24 @@ def test_one_rank_killed_by_sigbus_leans_d24_and_a_dataloader_bus_error_does_not
                                                                           "ValueError: bad config")
     assert "D24" not in possible(run(catalog, other))[:1]
 
+
 @pytest.mark.parametrize("line", [
     'AssertionError: dist_url=auto is not supported for multi-machine jobs.',   # nerfstudio
     'AssertionError: dist_url=auto not supported in multi-machine jobs.',        # detectron2
     'ValueError: dist_url="auto" not supported in multi-machine jobs',           # launchers that raise instead
 ])
+
+
 def test_an_auto_init_url_refused_for_several_machines_is_d2(catalog, line):
     d = run(catalog, "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n" + line + "\n")
     assert matches(d)[:1] == ["D2"]
+
 
 _ULTRA = ("Traceback (most recent call last):\n  File \"train.py\", line 4, in <module>\n"
           "ValueError: Invalid CUDA 'device={ids}' requested. Use 'device=cpu' or pass valid CUDA device(s) if available, "
           "i.e. 'device=0' or 'device=0,1,2,3' for Multi-GPU.\n\ntorch.cuda.is_available(): True\n"
           "torch.cuda.device_count(): {count}\nos.environ['CUDA_VISIBLE_DEVICES']: None\n")
+
 
 @pytest.mark.parametrize("ids, count, d27", [
     ("0,1", 1, True),        # two processes for one GPU
@@ -133,6 +129,8 @@ _ULTRA = ("Traceback (most recent call last):\n  File \"train.py\", line 4, in <
     ("1", 1, False),         # one process asking for a GPU that is not there: a wrong index
     ("2,3", 2, False),       # as many ids as GPUs, past the count: physical ids, not too many ranks
 ])
+
+
 def test_ultralytics_refusing_more_gpus_than_visible_is_d27(catalog, ids, count, d27):
     d = run(catalog, _ULTRA.format(ids=ids, count=count))
     assert (matches(d)[:1] == ["D27"]) is d27

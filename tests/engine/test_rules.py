@@ -15,27 +15,11 @@ from gpudoctor.engine.errcodes import explain
 from gpudoctor.engine.gating import is_gated_function, is_rank0_branch, is_rank_zero_wrapper
 from gpudoctor.engine.sources import Source, resolve
 from gpudoctor.kb.catalog import load_catalog
+from rule_helpers import matches, possible, run
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "logs"
 SP = "/opt/conda/lib/python3.10/site-packages"
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog(use_cache=False)
-
-
-def run(catalog, text: str):
-    return diagnose(catalog, [Source("<stdin>", None, None)], stdin=io.BytesIO(text.encode()))
-
-
-def matches(d):
-    return [f.id for f in d.findings if f.tier == "match"]
-
-
-def possible(d):
-    return [f.id for f in d.findings if f.tier == "possible"]
 
 
 # The frames DeepSpeed prints on the way into ZeRO's optimizer-state set-up (deepspeed/__init__.py initialize ->
@@ -138,6 +122,8 @@ def test_oom_gathering_a_full_fsdp_state_dict_names_d15(catalog):
 
 @pytest.mark.parametrize("name", ["cuda-oom-single-gpu-t4-tqdm.log", "cuda-oom-single-gpu-outofmemoryerror-6gb.log",
                                   "cuda-oom-single-gpu-detectron2-train-loop.log"])
+
+
 def test_single_gpu_oom_from_batch_size_is_no_confident_match(catalog, name):
     d = diagnose(catalog, resolve([str(LOGS / "negative" / name)]))
     assert matches(d) == []
@@ -157,6 +143,8 @@ RuntimeError: CUDA error: invalid device ordinal
 @pytest.mark.parametrize("call", ["torch.cuda.set_device(rank)", "torch.cuda.set_device(args.rank)",
                                   "torch.cuda.set_device(int(os.environ['RANK']))",
                                   "torch.cuda.set_device(dist.get_rank())"])
+
+
 def test_invalid_ordinal_from_the_global_rank_is_d3(catalog, call):
     d = run(catalog, _ordinal(call))
     assert matches(d)[:1] == ["D3"]
@@ -166,6 +154,8 @@ def test_invalid_ordinal_from_the_global_rank_is_d3(catalog, call):
 @pytest.mark.parametrize("call", ["torch.cuda.set_device(args.local_rank)",
                                   "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))",
                                   "torch.cuda.set_device(local_rank)"])
+
+
 def test_invalid_ordinal_from_the_local_rank_is_not_d3(catalog, call):
     d = run(catalog, _ordinal(call))
     assert "D3" not in matches(d) and "D3" not in possible(d)
@@ -195,6 +185,8 @@ def test_invalid_ordinal_from_the_spawn_index_is_not_d3(catalog):
 
 @pytest.mark.parametrize(("call", "d3"), [("name = torch.cuda.get_device_name(rank)", True),
                                          ("name = torch.cuda.get_device_name(local_rank)", False)])
+
+
 def test_invalid_device_id_from_get_device_properties_follows_the_index(catalog, call, d3):
     # torch/cuda/__init__.py checks the index in Python ("Invalid device id"): the same rule as an invalid ordinal
     text = f"""Traceback (most recent call last):
@@ -284,6 +276,8 @@ def test_hang_stacks_real_gloo_ranks(tmp_path, catalog):
     ("NET/IB : Got completion from peer 10.5.0.34<33956> with status=5 opcode=0 len=1 vendor err 244 (Recv) "
      "localGid ::ffff:10.6.0.35 remoteGid ::ffff:10.5.0.34", "IBV_WC_WR_FLUSH_ERR (5)"),
 ])
+
+
 def test_error_codes_are_explained(line, code):
     assert code in [m.code for m in explain(line)]
 
@@ -307,6 +301,8 @@ def test_meanings_travel_with_the_evidence(cli_proc):
 @pytest.mark.parametrize("name", ["save_checkpoint", "saveCheckpoint", "_save", "evaluate", "run_eval", "validate",
                                   "val_step", "on_validation_epoch_end", "log_metrics", "export_onnx", "push_to_hub",
                                   "evaluation_loop", "write_summary"])
+
+
 def test_rank0_only_function_names(name):
     assert is_gated_function(name)
 
@@ -314,6 +310,8 @@ def test_rank0_only_function_names(name):
 @pytest.mark.parametrize("name", ["logits", "catalog", "latest", "login", "print_stats", "test_step", "train_step",
                                   "forward", "log", "printer", "dialog_test", "report", "compute_logprob", "main",
                                   "prevalence", "reduce_loss"])
+
+
 def test_ordinary_function_names_are_not_rank0_only(name):
     assert not is_gated_function(name)
 
@@ -358,6 +356,8 @@ def _signals(catalog, text: str) -> dict:
 @pytest.mark.parametrize("caller, gated", [("save_checkpoint", True), ("run_validation", True),
                                            ("compute_logits", False), ("latest_batch", False),
                                            ("print_progress", False)])
+
+
 def test_odd_rank_out_counts_as_gated_only_for_rank0_only_functions(catalog, caller, gated):
     # ranks 0 and 1 time out in all_reduce from train_step; rank 2 alone waits in a barrier called from `caller`
     text = _rank_tb(0, "train_step", "all_reduce") + _rank_tb(1, "train_step", "all_reduce") + \
@@ -502,6 +502,8 @@ def test_a_healthy_combined_log_of_many_processes_is_read_in_time_linear_in_its_
     # two launches grouped under one opCount, each rank's log showing part of the group
     [(100, 0, "AllGather", 7, "0x55aa"), (100, 0, "ReduceScatter", 7, "0x55aa"), (101, 1, "ReduceScatter", 7, "0x66bb")],
 ])
+
+
 def test_matching_or_unrelated_collectives_are_no_desync(catalog, lines):
     d = run(catalog, "\n".join(_coll(*x) for x in lines))
     assert "D19" not in matches(d)
@@ -590,6 +592,8 @@ def test_oom_after_zero_setup_finished_is_not_a_d16_match(catalog):
     ("/venv/lib/python3.10/site-packages/torch/distributed/distributed.py", "wrapped_fn", False),
     ("/work/my_rank_zero.py", "wrapper", False),
 ])
+
+
 def test_rank_zero_wrapper_frames(file, function, expected):
     assert is_rank_zero_wrapper(file, function) is expected
 
@@ -859,6 +863,8 @@ def test_a_refused_shm_segment_rules_d24_out_even_against_the_error_trace_hint(c
     # the user's own loss function
     ('  File "/work/train.py", line 88, in compute_loss', "    return F.cross_entropy(logits, target)", False),
 ])
+
+
 def test_a_cpu_tensor_inside_the_model_code_is_not_p4(frame, code, ruled_out):
     from gpudoctor.engine.device_rules import model_internal_tensor_rule
 
@@ -905,6 +911,8 @@ def test_ddps_per_parameter_debug_line_cut_by_a_terminal_wrap_is_d8(catalog):
      "batches is smaller than the number of participating GPUs. Try reducing the batch size or using fewer GPUs.",
      "D9"),
 ])
+
+
 def test_framework_wordings_of_uneven_batches(catalog, line, entry):
     assert matches(run(catalog, line + "\n"))[:1] == [entry]
 
