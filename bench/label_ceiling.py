@@ -4,9 +4,10 @@ thread's label, beside gpudoctor on the same logs.
 tests/data/blind_labels.yaml holds the labels a reader wrote for a random sample of public development logs, each
 copied under a number so that neither its folder nor its name told the label, with only the catalogue at hand: no
 thread, no manifest, no gpudoctor. tests/data/sealed/blind_labels.yaml holds the same for a sample of the sealed set,
-written by other readers; only its aggregate figures are printed. The manifests' labels come from the threads (a maintainer's diagnosis, the
-reporter's confirmed fix), which the log often does not show: the reader's agreement with them is about the best a
-tool reading the log alone can reach, and the gap between that and gpudoctor is what is left to win from logs.
+written by other readers; only its aggregate figures are printed. The manifests' labels come from the threads (a
+maintainer's diagnosis, the reporter's confirmed fix), which the log often does not show: the reader's agreement with
+them is about the best a tool reading the log alone can reach, and the gap between that and gpudoctor is what is left
+to win from logs.
 
     python bench/label_ceiling.py          # reader and gpudoctor side by side, dev and sealed samples
     python bench/label_ceiling.py --json
@@ -18,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # accuracy.py beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 SETS = {"dev": ROOT / "tests" / "data" / "logs", "sealed": ROOT / "tests" / "data" / "sealed"}
 LABELS = {"dev": ROOT / "tests" / "data" / "blind_labels.yaml",
@@ -28,7 +31,6 @@ def load(which: str) -> list[dict]:
     """The reader's rows joined to the set's manifest labels (every row must name a log of that set)."""
     import yaml
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from accuracy import load_cases
 
     labels = LABELS[which]
@@ -45,7 +47,7 @@ def load(which: str) -> list[dict]:
 
 
 def figures(rows: list[dict]) -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    """The reader's and gpudoctor's figures on the same rows (rates rounded to 0.1%; None where nothing to count)."""
     from accuracy import evaluate_cases
 
     tool = evaluate_cases([r["case"] for r in rows])["rows"]
@@ -120,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label:48}{shown[0]:>9}{shown[1]:>11}".rstrip())
         print()
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

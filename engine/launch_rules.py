@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
-from gpudoctor.engine.rules import Verdict
+from gpudoctor.engine.rules import _INVALID_ORDINAL, Verdict
 
 # cheap test first: a launcher and a literal local rank somewhere in the text (commands wrap with a backslash)
 _TRIGGER = _lazy(r"(?:\btorchrun\b|torch\.distributed\.(?:launch|run)\b)[\s\S]{0,800}?--local[_-]rank[= ]+\d")
@@ -20,8 +20,6 @@ _START = _lazy(r"(?:\b[A-Z_][A-Z0-9_]*=\S*\s+)*(?:\S*/)?(?:python[\d.]*|torchrun
 SCORE = 0.65
 _VISIBLE = _lazy(r"\bCUDA_VISIBLE_DEVICES=['\"]?(\d+(?:,\d+)*)['\"]?\s.*?--nproc[_-]per[_-]node[= ]+(\d+)\b")
 VISIBLE_SCORE = 0.6
-# the failure too many ranks for the GPUs must end in: two ranks on one device, or an index past the visible ones
-_TOO_FEW_GPUS = _lazy(r"Duplicate GPU detected|invalid device ordinal")
 EXPLAINED_SCORE = 0.95  # the launch line explains the failure the log ends in: ahead of D3's reading of that failure
 _ONE_PROCESS_KILLED = _lazy(r"in simple_launcher\b[\s\S]{0,600}?died with <Signals\.SIGKILL: 9>")
 
@@ -68,7 +66,8 @@ def visible_devices_rule(text: str, file: str) -> list:
                     f"{gpus} GPU{'s' if gpus > 1 else ''}")
             # with fewer GPUs than ranks, some ranks share a device or index past the last one whatever the script
             # picks its GPU by: the duplicate-GPU or ordinal error that follows is this, not a RANK/LOCAL_RANK slip
-            score = EXPLAINED_SCORE if _TOO_FEW_GPUS.search(text) else VISIBLE_SCORE
+            explained = "Duplicate GPU detected" in text or _INVALID_ORDINAL.search(text)
+            score = EXPLAINED_SCORE if explained else VISIBLE_SCORE
             return [Verdict("D27", "rule:nproc-above-visible-gpus", (here,), score=score, note=note)]
     return []
 

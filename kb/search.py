@@ -130,6 +130,11 @@ def _stem(word: str) -> str:
     return _SYNONYMS.get(word, word)
 
 
+def _together(parts: list[str]) -> str | None:
+    """A compound of two or three words spelled as one (all_reduce: allreduce), or None."""
+    return _stem("".join(parts)) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None
+
+
 def tokenize(text: str) -> list[str]:
     """Lower-case terms; compound tokens (NCCL_SOCKET_IFNAME, cuda:0) also yield their parts."""
     out: list[str] = []
@@ -168,14 +173,13 @@ def _terms(text: str) -> list[tuple[str, str | None, str | None]]:
                 out.append((raw, _stem("".join(base)) if 1 < len(base) <= 3 else None, None))
                 continue
             # all_reduce, all-reduce and allreduce are one word
-            out.append((raw, _stem("".join(parts)) if len(parts) <= 3 and all(p.isalpha() for p in parts) else None,
-                        None))
+            out.append((raw, _together(parts), None))
             of = raw
             # an attribute path (model.no_sync, dist.all_reduce): each dotted name is a compound of its own
-            for seg in raw.split(".") if "." in raw else ():
+            for seg in (raw.split(".") if "." in raw else ()):
                 sub = _WORD.findall(seg)
-                if 1 < len(sub) <= 3 and all(p.isalpha() for p in sub) and seg != raw:
-                    out.append((seg, _stem("".join(sub)), of))
+                if len(sub) > 1 and (joined := _together(sub)):
+                    out.append((seg, joined, of))
         for part in parts:
             if part in _EXPANSIONS:
                 out.extend((t, None, of) for t in _EXPANSIONS[part])
