@@ -6,6 +6,7 @@ import re
 from gpudoctor.engine.failure_lines import EXCEPTION_HEAD, MAX_QUERY_CHARS
 from gpudoctor.engine.findings import Evidence, Finding
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.kb.search import without_stock_advice
 
 # launcher bookkeeping around a failure: it proves there was one but says nothing about which
 _BOOKKEEPING = _lazy(
@@ -71,21 +72,12 @@ def aggregate(scores: list[float]) -> float:
 _PATH = _lazy(r"(?:\b[A-Za-z]:)?(?:[\w.~+-]*[/\\])+([\w.+-]+?)(?::\d+)*:?(?=[\s\]),'\"]|$)")
 
 
-# the advice torch (c10/cuda/CUDAException.cpp, 1.10-2.x) appends to every CUDA error, whatever the error: its words
-# (device, compile, assertions) would count for whichever entry shares them
-_CUDA_TRAILER = _lazy(r"Compile with .?TORCH_USE_CUDA_DSA.?\s*to enable device-side assertions\.?|"
-                      r"CUDA kernel errors might be asynchronously reported at some other API call,? so the stacktrace "
-                      r"below might be incorrect\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?")
-
-
 def line_words(text: str) -> str:
     """A log line as words to search: its prefixes (rank tags, timestamps) and torch's stock advice after a CUDA error
     left out, paths cut to their file names, whitespace collapsed."""
     from gpudoctor.engine.prefix import parse_prefix
 
-    body = " ".join(parse_prefix(text).body.split())
-    if "CUDA" in body:
-        body = _CUDA_TRAILER.sub(" ", body)
+    body = without_stock_advice(" ".join(parse_prefix(text).body.split()))
     return " ".join(_PATH.sub(_file_name, body).split())
 
 

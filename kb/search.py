@@ -198,6 +198,40 @@ def _words(text: str) -> list[str]:
     return [t for t, _, _ in _terms(text) if not _COMPOUND.search(t)]
 
 
+# the advice torch (c10/cuda/CUDAException.cpp, 1.10-2.x) appends to every CUDA error, whatever the error: its words
+# (device, compile, assertions) would count for whichever entry shares them, in a pasted title as in a log line
+_CUDA_TRAILER = re.compile(r"Compile with .?TORCH_USE_CUDA_DSA.?\s*to enable device-side assertions\.?|"
+                           r"CUDA kernel errors might be asynchronously reported at some other API call,? so the "
+                           r"stacktrace below might be incorrect\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?",
+                           re.IGNORECASE)
+
+
+def without_stock_advice(text: str) -> str:
+    """text without torch's stock advice after a CUDA error (it names no cause)."""
+    return _CUDA_TRAILER.sub(" ", text) if "cuda" in text.lower() else text
+
+
+# a placeholder in an emitter's message template: {name}, {}, %s / %d / %lu, or a C++ stream's " << x << "
+_PLACEHOLDER = re.compile(r"\{[^{}]*\}|%[-+ #0-9.]*(?:l{0,2}|z|h)[sdiufxXgGepc]|\"\s*<<.*?<<\s*\"|\\n")
+MIN_TEMPLATE_PHRASE = 30  # a shorter fixed part ("Traceback (most recent", "NCCL error in:") says too little
+MIN_TEMPLATE_WEIGHT = 0.6  # only the messages that name their entry on their own, not the corroborating ones
+
+
+def _template_phrases(entry: Entry) -> tuple[str, ...]:
+    """The fixed parts of the messages the entry's confident signatures were written from (their provenance
+    templates): a pasted error the catalogue knows only from the emitter's source still earns the phrase bonus."""
+    out: list[str] = []
+    for sig in entry.signatures:
+        if sig.context or sig.needs or sig.after or sig.weight < MIN_TEMPLATE_WEIGHT:
+            continue
+        for prov in sig.provenance:
+            for part in _PLACEHOLDER.split(prov.template):
+                part = part.strip(" \t'\"`.:;,()[]").lower()
+                if len(part) >= MIN_TEMPLATE_PHRASE and part not in out:
+                    out.append(part)
+    return tuple(out)
+
+
 def _entry_fields(entry: Entry) -> dict[str, str]:
     return {
         "id": entry.id,
@@ -256,7 +290,8 @@ class SearchIndex:
             for t in seen:
                 df[t] = df.get(t, 0) + 1
             bigrams.append(frozenset(pairs))
-            phrases.append(tuple(s.lower() for s in entry.error_strings + entry.symptoms + entry.paraphrases + (entry.title,)))
+            phrases.append(tuple(s.lower() for s in entry.error_strings + entry.symptoms + entry.paraphrases + (entry.title,))
+                           + _template_phrases(entry))
             # titles and paraphrases are written as users title their issues; symptoms and error
             # strings are long and shared, and pasted log lines over-match them (measured on dev logs)
             lines.append(tuple(frozenset(tokenize(text)) for text in (entry.title,) + entry.paraphrases if text))
@@ -330,6 +365,7 @@ class SearchIndex:
     def search(self, query: str, limit: int = 10, lines: bool = True) -> list[Hit]:
         """Entries best first. lines=False leaves out the bonus for the query's words sitting in one title or
         paraphrase: it suits a question in a user's words, not a failure line from a log (engine.possible)."""
+        query = without_stock_advice(query)
         together: dict[str, str | None] = {}
         part_of: dict[str, str | None] = {}
         for term, other, of in _terms(query):

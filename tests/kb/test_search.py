@@ -125,3 +125,30 @@ def test_every_cjk_word_becomes_words_the_catalogue_has(index):
 
     for phrase, english in _WORDS.items():
         assert any(t in index.df for t in tokenize(english)), (phrase, english)
+
+
+def test_a_message_known_only_from_a_signatures_source_earns_the_phrase_bonus(index):
+    from gpudoctor.kb.search import _template_phrases
+
+    catalog = load_catalog(use_cache=False)
+    d12 = catalog.get("D12")
+    message = "could not find the transformer layer class to wrap in the model"
+    # D12 lists no error string: the message is known from the emitter's template behind its signature
+    assert not any(message in s.lower() for s in d12.error_strings)
+    assert message in _template_phrases(d12)
+    query = "accelerate加速，微调bce模型报错：Could not find the transformer layer class to wrap in the model."
+    assert index.search(query, limit=1)[0].id == "D12"
+    # a corroborating signature's template (context, needs) is no phrase: it names no entry on its own
+    assert not any("file \"" in p for e in catalog for p in _template_phrases(e))
+
+
+def test_torchs_stock_cuda_advice_is_not_searched(index):
+    from gpudoctor.kb.search import without_stock_advice
+
+    advice = ("CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+              "might be incorrect. For debugging consider passing CUDA_LAUNCH_BLOCKING=1. Compile with "
+              "`TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    assert without_stock_advice(advice).split() == []
+    error = "RuntimeError: CUDA error: invalid device ordinal"
+    assert index.search(f"{error} {advice}", limit=3) == index.search(error, limit=3)
+    assert without_stock_advice("no advice here") == "no advice here"
