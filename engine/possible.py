@@ -6,7 +6,7 @@ import re
 from gpudoctor.engine.failure_lines import EXCEPTION_HEAD, MAX_QUERY_CHARS
 from gpudoctor.engine.findings import Evidence, Finding
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
-from gpudoctor.kb.search import without_stock_advice
+from gpudoctor.kb.boilerplate import without_stock_advice
 
 # launcher bookkeeping around a failure: it proves there was one but says nothing about which
 _BOOKKEEPING = _lazy(

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import re
 
+from gpudoctor.kb.boilerplate import without_stock_advice
 from gpudoctor.kb.model import Entry
 from gpudoctor.kb.record import record
 
@@ -198,21 +199,8 @@ def _words(text: str) -> list[str]:
     return [t for t, _, _ in _terms(text) if not _COMPOUND.search(t)]
 
 
-# the advice torch (c10/cuda/CUDAException.cpp, 1.10-2.x) appends to every CUDA error, whatever the error: its words
-# (device, compile, assertions) would count for whichever entry shares them, in a pasted title as in a log line
-_CUDA_TRAILER = re.compile(r"Compile with .?TORCH_USE_CUDA_DSA.?\s*to enable device-side assertions\.?|"
-                           r"CUDA kernel errors might be asynchronously reported at some other API call,? so the "
-                           r"stacktrace below might be incorrect\.?|For debugging consider passing CUDA_LAUNCH_BLOCKING=1\.?",
-                           re.IGNORECASE)
-
-
-def without_stock_advice(text: str) -> str:
-    """text without torch's stock advice after a CUDA error (it names no cause)."""
-    return _CUDA_TRAILER.sub(" ", text) if "cuda" in text.lower() else text
-
-
 # a placeholder in an emitter's message template: {name}, {}, %s / %d / %lu, or a C++ stream's " << x << "
-_PLACEHOLDER = re.compile(r"\{[^{}]*\}|%[-+ #0-9.]*(?:l{0,2}|z|h)[sdiufxXgGepc]|\"\s*<<.*?<<\s*\"|\\n")
+_PLACEHOLDER = r"\{[^{}]*\}|%[-+ #0-9.]*(?:l{0,2}|z|h)[sdiufxXgGepc]|\"\s*<<.*?<<\s*\"|\\n"  # compiled when an index is built
 MIN_TEMPLATE_PHRASE = 30  # a shorter fixed part ("Traceback (most recent", "NCCL error in:") says too little
 MIN_TEMPLATE_WEIGHT = 0.6  # only the messages that name their entry on their own, not the corroborating ones
 
@@ -225,7 +213,7 @@ def _template_phrases(entry: Entry) -> tuple[str, ...]:
         if sig.context or sig.needs or sig.after or sig.weight < MIN_TEMPLATE_WEIGHT:
             continue
         for prov in sig.provenance:
-            for part in _PLACEHOLDER.split(prov.template):
+            for part in re.split(_PLACEHOLDER, prov.template):
                 part = part.strip(" \t'\"`.:;,()[]").lower()
                 if len(part) >= MIN_TEMPLATE_PHRASE and part not in out:
                     out.append(part)

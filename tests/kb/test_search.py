@@ -143,7 +143,7 @@ def test_a_message_known_only_from_a_signatures_source_earns_the_phrase_bonus(in
 
 
 def test_torchs_stock_cuda_advice_is_not_searched(index):
-    from gpudoctor.kb.search import without_stock_advice
+    from gpudoctor.kb.boilerplate import without_stock_advice
 
     advice = ("CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
               "might be incorrect. For debugging consider passing CUDA_LAUNCH_BLOCKING=1. Compile with "
