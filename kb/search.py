@@ -200,7 +200,8 @@ def _words(text: str) -> list[str]:
 
 
 # a placeholder in an emitter's message template: {name}, {}, %s / %d / %lu, or a C++ stream's " << x << "
-_PLACEHOLDER = r"\{[^{}]*\}|%[-+ #0-9.]*(?:l{0,2}|z|h)[sdiufxXgGepc]|\"\s*<<.*?<<\s*\"|\\n"  # compiled when an index is built
+# (compiled when an index is built, by re's own cache)
+_PLACEHOLDER = r"\{[^{}]*\}|%[-+ #0-9.]*(?:l{0,2}|z|h)[sdiufxXgGepc]|\"\s*<<.*?<<\s*\"|\\n"
 MIN_TEMPLATE_PHRASE = 30  # a shorter fixed part ("Traceback (most recent", "NCCL error in:") says too little
 MIN_TEMPLATE_WEIGHT = 0.6  # only the messages that name their entry on their own, not the corroborating ones
 
@@ -278,8 +279,8 @@ class SearchIndex:
             for t in seen:
                 df[t] = df.get(t, 0) + 1
             bigrams.append(frozenset(pairs))
-            phrases.append(tuple(s.lower() for s in entry.error_strings + entry.symptoms + entry.paraphrases + (entry.title,))
-                           + _template_phrases(entry))
+            own = entry.error_strings + entry.symptoms + entry.paraphrases + (entry.title,)
+            phrases.append(tuple(s.lower() for s in own) + _template_phrases(entry))
             # titles and paraphrases are written as users title their issues; symptoms and error
             # strings are long and shared, and pasted log lines over-match them (measured on dev logs)
             lines.append(tuple(frozenset(tokenize(text)) for text in (entry.title,) + entry.paraphrases if text))
