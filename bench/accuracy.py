@@ -291,8 +291,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", action="store_true",
                         help="also show the batches collected on 2026-11-27 and later apart (dev-1127, sealed-1127, "
                              "the later collections of that day, dev-1127b to dev-1127p and sealed-1127b to "
-                             "sealed-1127o, and those of 2026-11-28, dev-1128, sealed-1128, dev-1128b, sealed-1128b, dev-1128c and "
-                             "sealed-1128c)")
+                             "sealed-1127o, and those of 2026-11-28, dev-1128, sealed-1128, dev-1128b, sealed-1128b, "
+                             "dev-1128c and sealed-1128c)")
     parser.add_argument("--before-relabel", action="store_true",
                         help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27, D28, MN8) joined "
                              "the catalogue or widened to take in its cause (D8), to compare with figures measured before")

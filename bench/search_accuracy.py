@@ -5,8 +5,8 @@ top-1 / top-3 for the titles used while writing paraphrases ('tune'), for those 
 ('held'), for a second held-out set collected later ('held2'), for sets kept in files of their own
 (tests/kb/search_titles_<split>.yaml: 'held3' and 'held7', held out; 'tune4', collected for tuning and measured
 once before any change for it; 'tune5', 'tune6' and 'tune7', held out as 'held4', 'held5' and 'held6' until
-sessions 13, 14 and 15, then used for tuning), and for all of them, plus the misses of the tuning splits (a held split's misses are never
-listed).
+sessions 13, 14 and 15, then used for tuning), and for all of them, plus the misses of the tuning splits (a held
+split's misses are never listed).
 Target (issue 8): >= 95% first, 100% in the top three.
 """
 from __future__ import annotations

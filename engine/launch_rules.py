@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
-from gpudoctor.engine.rules import _INVALID_ORDINAL, Verdict
+from gpudoctor.engine.rules import INVALID_ORDINAL, Verdict
 
 # cheap test first: a launcher and a literal local rank somewhere in the text (commands wrap with a backslash)
 _TRIGGER = _lazy(r"(?:\btorchrun\b|torch\.distributed\.(?:launch|run)\b)[\s\S]{0,800}?--local[_-]rank[= ]+\d")
@@ -66,7 +66,7 @@ def visible_devices_rule(text: str, file: str) -> list:
                     f"{gpus} GPU{'s' if gpus > 1 else ''}")
             # with fewer GPUs than ranks, some ranks share a device or index past the last one whatever the script
             # picks its GPU by: the duplicate-GPU or ordinal error that follows is this, not a RANK/LOCAL_RANK slip
-            explained = "Duplicate GPU detected" in text or _INVALID_ORDINAL.search(text)
+            explained = "Duplicate GPU detected" in text or INVALID_ORDINAL.search(text)
             score = EXPLAINED_SCORE if explained else VISIBLE_SCORE
             return [Verdict("D27", "rule:nproc-above-visible-gpus", (here,), score=score, note=note)]
     return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
-from gpudoctor.engine.rules import _INVALID_ORDINAL as _ORDINAL, Verdict
+from gpudoctor.engine.rules import INVALID_ORDINAL as _ORDINAL, Verdict
 
 # a launch of several processes per node, as echoed: the launcher, then its per-node process count above 1
 _LAUNCH = _lazy(r"(?:\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\baccelerate launch\b|^\s*(?:\S+/)?deepspeed\s)"

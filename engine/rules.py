@@ -64,7 +64,7 @@ _LOAD_MISMATCH = _lazy(r"Error\(s\) in loading state_dict|size mismatch for|Miss
 _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_full_pre_load_state_dict_hook|"
                       r"_full_post_load_state_dict_hook|set_model_state_dict|_load_model_state_dict|load_state_dict)\b")
 # torch's runtime check, torch.cuda.get_device_properties' Python check, c10's CUDAContext assert: an index past the GPUs
-_INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE|"
+INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE|"
                               r"AssertionError: Invalid device id|device >= 0 && device < num_gpus INTERNAL ASSERT")
 _DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
                           r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(|"
@@ -140,7 +140,7 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
         if i is not None:
             out.append(Verdict("D15", "rule:fsdp-state-dict-load",
                                because(i, "rule:fsdp-state-dict-load", "raised while FSDP loaded a state dict")))
-    if _INVALID_ORDINAL.search(error):
+    if INVALID_ORDINAL.search(error):
         out.extend(_ordinal_rule(region, here, base))
     if _READY_TWICE.search(error) and (i := _frame_with(region, _REENTRANT)) is not None:
         out.append(Verdict("D8", "rule:reentrant-checkpoint", because(
@@ -203,7 +203,7 @@ def zero_oom_hint(lines: list[str], file: str, first_line: int) -> Verdict | Non
 
 # --- every input -----------------------------------------------------------------------------------
 
-_TRIGGER = _lazy("|".join(r.pattern for r in (_OOM, _LOAD_MISMATCH, _INVALID_ORDINAL, _READY_TWICE)))
+_TRIGGER = _lazy("|".join(r.pattern for r in (_OOM, _LOAD_MISMATCH, INVALID_ORDINAL, _READY_TWICE)))
 MAX_ERRORS = 32  # error lines examined per input
 
 
