@@ -42,7 +42,7 @@ def to_json(diagnosis) -> dict:
             {
                 "id": f.id, "tier": getattr(f, "tier", "match"), "title": f.title, "score": f.score,
                 "evidence": [dict(ev(e), signature=e.signature) for e in f.evidence],
-                "fix": f.fix, "probes": list(f.probes), "signatures": list(f.signatures),
+                "fix": f.fix, **_pointed_json(f.pointed), "probes": list(f.probes), "signatures": list(f.signatures),
                 "consequence_of": list(f.consequence_of), "explains": list(f.explains),
                 **({"probe_results": [r.to_dict() for r in diagnosis.probe_results[f.id]]}
                    if f.id in diagnosis.probe_results else {}),
@@ -71,6 +71,22 @@ def to_json(diagnosis) -> dict:
 
         payload["flight"] = report_to_dict(diagnosis.flight)
     return payload
+
+
+def _pointed_json(p) -> dict:
+    """The fix step and actions the finding's own evidence calls for (the entry's `fix_for`)."""
+    step = None
+    if p is not None and p.step:
+        step = {"number": p.step, "of": p.steps, "text": p.text, "code": p.code, "lang": p.lang, "because": p.because}
+    return {"fix_step": step, "fix_actions": list(p.actions) if p is not None else []}
+
+
+def _fix_lines(f) -> tuple[str, str]:
+    """The fix to print for a finding (the step its evidence calls for, else the entry's summary) and a note."""
+    p = f.pointed
+    if p is None or not p.step:
+        return f.fix, ""
+    return p.text, f" (fix step {p.step} of {p.steps}, for what this log shows)"
 
 
 def _inputs_line(diagnosis) -> str:
@@ -174,7 +190,8 @@ def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
         single = len(diagnosis.inputs) == 1
         for e in f.evidence:
             _evidence(out, e, single, w)
-        for ln in _wrap("fix: " + f.fix, w - 4):
+        fix, which = _fix_lines(f)
+        for ln in _wrap("fix: " + fix, w - 4):
             out.write("    " + ln)
         if f.id in diagnosis.probe_results:
             for res in diagnosis.probe_results[f.id]:
@@ -186,7 +203,8 @@ def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
         elif f.probes:
             for i, ln in enumerate(_wrap("confirm: gpudoctor probe " + " ".join(f.probes), w - 6)):
                 out.write(out.style(("    " if i == 0 else "      ") + ln, "dim"))
-        out.write("    " + out.style(f"more: gpudoctor show {f.id}", "dim"))
+        for i, ln in enumerate(_wrap(f"more: gpudoctor show {f.id}{which}", w - 6)):
+            out.write(out.style(("    " if i == 0 else "      ") + ln, "dim"))
 
 
 def _text_ranks(diagnosis, out: Out, w: int) -> None:
@@ -236,7 +254,14 @@ def render_markdown(diagnosis) -> str:
         if f.consequence_of:
             lines += [f"Likely a consequence of {', '.join(f.consequence_of)}.", ""]
         lines += _md_evidence(f.evidence)
-        lines += [f"**Fix:** {f.fix}", ""]
+        fix, which = _fix_lines(f)
+        lines += [f"**Fix:** {fix}", ""]
+        if which:
+            p = f.pointed
+            if p.code:
+                lines += [f"```{p.lang or ''}", *p.code.splitlines(), "```", ""]
+            lines += [f"Step {p.step} of {p.steps} of `gpudoctor show {f.id}`, the one this log's evidence calls for.",
+                      ""]
         if f.id in diagnosis.probe_results:
             lines += [f"- probe `{r.probe}`: {r.status.value}: {redact(r.summary)}" for r in diagnosis.probe_results[f.id]]
             lines.append("")

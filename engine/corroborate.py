@@ -160,7 +160,9 @@ def corroborate(diagnosis, witnesses: list[Witness], catalog):
             notes.append(f"{_NAMES[ws[0].source]} also shows {eid} ({_where(ws)}); the log leans on other causes more")
         elif eid not in present:
             notes.append(f"{_NAMES[ws[0].source]} also shows {eid} ({_where(ws)}), which this log gives no sign of")
-    return replace(diagnosis, findings=out, notes=notes)
+    from gpudoctor.engine.fix_pointer import point
+
+    return replace(diagnosis, findings=point(entries, out), notes=notes)
 
 
 def _order(findings: list[Finding], entries: dict) -> list[Finding]:

@@ -171,6 +171,7 @@ def diagnose(
         add_signal("rank-failed-first")
     findings = build_findings(entries, matched)
     weak = _weak_signatures(entries, matched, {f.id for f in findings})
+    from gpudoctor.engine.fix_pointer import point
     from gpudoctor.engine.rules import annotate, evaluate, merge
 
     verdicts = evaluate(scans, texts, dumps_text)
@@ -180,7 +181,7 @@ def diagnose(
     ruled_out = {v.entry for v in verdicts if v.rule_out} - confirmed
     hints = [v for v in verdicts if v.tier == "possible" and v.entry not in ruled_out]
     findings += _possible(catalog, scans, patterns, findings, ruled_out, texts, hints, weak)
-    findings = annotate(findings)
+    findings = point(entries, annotate(findings))
     notes = rule_notes + [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
     notes += [f"{i.name}: binary data (NUL bytes) was read as text" for i in inputs if i.binary]

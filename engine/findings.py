@@ -29,6 +29,20 @@ class Finding:
     consequence_of: tuple[str, ...] = ()  # findings that explain this one (a timeout caused by a crash)
     explains: tuple[str, ...] = ()
     tier: str = "match"  # "match": a signature or rule fired; "possible": only the failure lines' words agree
+    pointed: "PointedFix | None" = None  # the fix step and actions this finding's evidence calls for (fix_for)
+
+
+@record(frozen=True)
+class PointedFix:
+    """The part of an entry's fix that a finding's own evidence calls for (gpudoctor.engine.fix_pointer)."""
+
+    step: int  # 1-based number of the entry's fix step; 0 when the evidence names only fix actions
+    steps: int  # how many steps the entry's fix has
+    text: str  # that step's text ("" with no step)
+    code: str | None
+    lang: str | None
+    actions: tuple[str, ...]  # ids of the entry's fix actions it calls for, best first
+    because: str  # the signature or rule id that chose the step
 
 
 @record

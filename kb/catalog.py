@@ -10,7 +10,7 @@ from gpudoctor.kb.model import SECTIONS, Entry
 from gpudoctor.kb.record import field, record
 
 BUILTIN_DIR = Path(__file__).resolve().parent
-CACHE_FORMAT = 11  # bump when Entry, the index or this file's cache layout changes
+CACHE_FORMAT = 12  # bump when Entry, the index or this file's cache layout changes
 _ID_PARTS = re.compile(r"^\s*([A-Za-z]+)[\s_-]*0*([0-9]+)\s*$")
 
 

@@ -10,8 +10,10 @@ from gpudoctor.kb.model import (
     FIX_FACTS,
     FIX_TRANSFORMS,
     SECTIONS,
+    WITNESS_PREFIXES,
     Entry,
     FixAction,
+    FixFor,
     FixStep,
     Pointer,
     Provenance,
@@ -27,7 +29,7 @@ FIX_SAFETY = ("safe", "unsafe", "display-only")
 
 _FIELDS = {
     "id", "title", "section", "summary", "symptoms", "cause", "fix_summary", "fix",
-    "log_visibility", "log_visibility_note", "error_strings", "keywords", "paraphrases", "signatures",
+    "log_visibility", "log_visibility_note", "error_strings", "keywords", "paraphrases", "signatures", "fix_for",
     "probes", "fix_actions", "related", "explains", "see_also", "references",
 }
 _REQUIRED = ("id", "title", "section", "summary", "symptoms", "cause", "fix_summary", "fix", "log_visibility")
@@ -146,6 +148,9 @@ def parse_entry(data: Any, source: str, *, origin: str = "builtin") -> Entry:
     if signatures and visibility == "never":
         raise c.fail("signatures", "an entry with log_visibility: never cannot have signatures")
 
+    fix_actions = _parse_fix_actions(c, data.get("fix_actions"))
+    fix_for = _parse_fix_for(c, data.get("fix_for"), signatures, len(steps), fix_actions)
+
     return Entry(
         id=entry_id,
         title=c.text(data["title"], "title"),
@@ -162,7 +167,8 @@ def parse_entry(data: Any, source: str, *, origin: str = "builtin") -> Entry:
         paraphrases=c.texts(data.get("paraphrases"), "paraphrases"),
         signatures=signatures,
         probes=c.texts(data.get("probes"), "probes"),
-        fix_actions=_parse_fix_actions(c, data.get("fix_actions")),
+        fix_actions=fix_actions,
+        fix_for=fix_for,
         related=tuple(
             Related(id=c.text(r["id"], f"related[{i}].id").upper(), why=c.text(r["why"], f"related[{i}].why"))
             for i, r in enumerate(
@@ -323,6 +329,38 @@ def _parse_fix_actions(c: _Checker, raw: Any) -> tuple[FixAction, ...]:
             raise c.fail(f"{where}.safety", f"expected one of {', '.join(FIX_SAFETY)}, got {safety!r}")
         params = _fix_params(c, item, kind, where)
         out.append(FixAction(id=action_id, kind=kind, safety=safety, title=c.text(item["title"], f"{where}.title"), params=params))
+    return tuple(out)
+
+
+def _parse_fix_for(c: _Checker, raw: Any, signatures, steps: int, actions) -> tuple[FixFor, ...]:
+    """`fix_for`: which step of `fix` and which `fix_actions` each kind of evidence (signature or rule) calls for."""
+    sig_ids = {s.id for s in signatures}
+    action_ids = {a.id for a in actions}
+    out = []
+    for i, item in enumerate(c.items(raw, "fix_for")):
+        where = f"fix_for[{i}]"
+        item = c.mapping(item, where, {"evidence", "step", "actions"}, ("evidence",))
+        evidence = c.texts(item["evidence"], f"{where}.evidence")
+        if not evidence:
+            raise c.fail(f"{where}.evidence", "name at least one signature or rule")
+        for j, ev in enumerate(evidence):
+            prefix = next((p for p in WITNESS_PREFIXES if ev.startswith(p)), None)
+            if prefix is None and ev not in sig_ids:
+                raise c.fail(f"{where}.evidence[{j}]", f"unknown signature id {ev!r} in this entry (a rule or "
+                             f"witness id starts with {', '.join(WITNESS_PREFIXES)})")
+            if prefix is not None and not SLUG_RE.match(ev[len(prefix):]):
+                raise c.fail(f"{where}.evidence[{j}]", f"{ev!r}: expected {prefix}<lower-case words joined by '-'>")
+        step = item.get("step", 0)
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= steps:
+            raise c.fail(f"{where}.step", f"expected the number of one of the {steps} fix steps (1-{steps}), "
+                         f"got {step!r}")
+        wanted = c.texts(item.get("actions"), f"{where}.actions")
+        for j, action in enumerate(wanted):
+            if action not in action_ids:
+                raise c.fail(f"{where}.actions[{j}]", f"unknown fix action {action!r} in this entry")
+        if not step and not wanted:
+            raise c.fail(where, "give a `step`, `actions` or both")
+        out.append(FixFor(evidence=evidence, step=step, actions=wanted))
     return tuple(out)
 
 

@@ -136,6 +136,22 @@ FIX_FACTS = {
 }
 
 
+# Evidence that is not a signature of the entry but still names one of its causes: the engine's structural rules
+# (engine/*rules*.py), the weak hints beside them, and the second witnesses (lint checks of --script and --cmd, probes).
+WITNESS_PREFIXES = ("rule:", "hint:", "script:", "command:", "probe:")
+
+
+@record(frozen=True)
+class FixFor:
+    """Which of an entry's fixes one kind of its evidence calls for: an entry whose fix steps answer different causes
+    (an HF Trainer bug against the user's own save, a ZeRO stage too low against one too high) points the signatures
+    and rules that tell those causes apart at their own step and executable fixes."""
+
+    evidence: tuple[str, ...]  # signature ids of the entry, or a rule or witness id ("rule:zero-init-oom")
+    step: int = 0  # 1-based number of the entry's `fix` step; 0 for none of its own
+    actions: tuple[str, ...] = ()  # ids of the entry's fix_actions
+
+
 @record(frozen=True)
 class FixAction:
     id: str
@@ -169,6 +185,7 @@ class Entry:
     signatures: tuple[Signature, ...] = ()
     probes: tuple[str, ...] = ()
     fix_actions: tuple[FixAction, ...] = ()
+    fix_for: tuple[FixFor, ...] = ()  # which fix step and fix actions each kind of evidence calls for
     related: tuple[Related, ...] = ()
     explains: tuple[str, ...] = ()  # entries whose symptom this cause produces (a crash -> a timeout)
     see_also: tuple[Pointer, ...] = ()
@@ -206,6 +223,8 @@ def entry_to_dict(entry: Entry) -> dict:
         ],
         "probes": list(entry.probes),
         "fix_actions": [{"id": a.id, "kind": a.kind, "safety": a.safety, "title": a.title} for a in entry.fix_actions],
+        "fix_for": [{"evidence": list(f.evidence), "step": f.step or None, "actions": list(f.actions)}
+                    for f in entry.fix_for],
         "related": [{"id": r.id, "why": r.why} for r in entry.related],
         "explains": list(entry.explains),
         "see_also": [{"topic": p.topic, "note": p.note} for p in entry.see_also],

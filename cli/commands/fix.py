@@ -45,6 +45,9 @@ def add_arguments(parser) -> None:
                              "timeout_minutes, checkpoint, ... (repeatable)")
     parser.add_argument("--probe", action="store_true",
                         help="run the nic probe on this machine and name its data interface (MN2)")
+    parser.add_argument("--only", metavar="ACTION[,ACTION]",
+                        help="plan only these fix actions of the entry (with --log, the ones its evidence calls for "
+                             "are the default)")
     parser.add_argument("--env-file", metavar="FILE", help="also write env fixes as export lines into FILE")
     parser.add_argument("--apply", action="store_true", help="write the safe fixes (checked, backed up, undoable)")
     parser.add_argument("--unsafe", action="store_true", help="with --apply, also write the unsafe fixes")
@@ -149,25 +152,40 @@ def run(args, out) -> int:
         raise UserError("give an entry id (gpudoctor fix D22 --script train.py), or --log to fix its top finding")
     if catalog.get(entry_id) is None:
         raise UserError(f"unknown entry {entry_id!r} (see gpudoctor list)")
+    entry_id = catalog.get(entry_id).id
+    pointed = None
+    if args.log:
+        pointed = next((f.pointed for f in diagnosis.findings if f.id == entry_id), None)
+    only, only_why = None, "not in --only"
+    if args.only is not None:
+        only = tuple(a.strip() for a in args.only.split(",") if a.strip())
+        if not only:
+            raise UserError("--only: give one or more fix action ids, e.g. --only engine-backward")
+    elif pointed is not None:
+        only = pointed.actions
+        only_why = f"it answers another cause of {entry_id} than the log shows (gpudoctor fix {entry_id} plans all)"
     if args.probe:
         facts.update(_probe_facts())
     facts.update(parse_params(args.param))
     try:
         plan = plan_fix(catalog, entry_id, script=args.script, config=args.config, cmd=args.cmd, facts=facts,
-                        env_file=args.env_file)
+                        env_file=args.env_file, only=only, only_why=only_why)
         result = apply_plan(plan, unsafe=args.unsafe) if args.apply else None
     except FixError as exc:
         raise UserError(str(exc)) from None
     if args.json:
         payload = plan_to_dict(plan)
         payload["facts"] = {k: v for k, v in facts.items()}
+        if pointed is not None and pointed.step:
+            payload["fix_step"] = {"number": pointed.step, "of": pointed.steps, "text": pointed.text,
+                                   "code": pointed.code, "lang": pointed.lang, "because": pointed.because}
         if result is not None:
             payload["applied"] = {"written": list(result.written), "unchanged": list(result.unchanged),
                                   "skipped": [{"action": a, "why": w} for a, w in result.skipped],
                                   "journal": result.journal}
         print_json(out, payload)
     else:
-        render_plan(plan, out, catalog)
+        render_plan(plan, out, catalog, pointed)
         _render_outcome(plan, result, out)
     return EXIT_OK if plan.fixes else EXIT_NOTHING
 
@@ -208,14 +226,19 @@ def render_diff(diff: str, out) -> None:
 _SAFETY_STYLE = {"safe": "ok", "unsafe": "yellow", "display-only": "dim"}
 
 
-def render_plan(plan, out, catalog=None) -> None:
-    """The plan for a terminal: each fix with its safety, why, notes, command, exports and diff."""
+def render_plan(plan, out, catalog=None, pointed=None) -> None:
+    """The plan for a terminal: the step the log calls for, then each fix with its safety, why, notes, command,
+    exports and diff."""
     from gpudoctor.engine.fixes.env import export_lines
     from gpudoctor.term import sanitize
 
     entry = catalog.get(plan.entry_id) if catalog is not None else None
     head = f"Fix for {plan.entry_id}"
     _head(out, head, out.style(head, "heading"), f": {entry.title}" if entry else "")
+    if pointed is not None and pointed.step:
+        _wrap(out, f"what this log calls for (step {pointed.step} of {pointed.steps}): {pointed.text}", indent="")
+        for line in (pointed.code or "").splitlines():
+            out.write("    " + out.style(line, "code"))
     for fix in plan.fixes:
         out.write()
         tag = out.style(f"[{fix.safety}]", _SAFETY_STYLE.get(fix.safety, "bold"))
@@ -270,8 +293,11 @@ def plan_for_diagnosis(result, args, catalog):
     if not matches:  # a possible cause is a guess: no fix is planned from it
         return None
     facts = facts_from_diagnosis(result, logs=[p for p in getattr(args, "paths", []) if p != "-"])
+    top = matches[0]
+    only = top.pointed.actions if top.pointed is not None else None
     try:
-        return plan_fix(catalog, matches[0].id, script=args.script, cmd=args.cmd, facts=facts)
+        return plan_fix(catalog, top.id, script=args.script, cmd=args.cmd, facts=facts, only=only,
+                        only_why=f"it answers another cause of {top.id} than the log shows")
     except FixError as exc:
         raise UserError(str(exc)) from None
 
@@ -299,4 +325,7 @@ def emit_for_diagnosis(plan, fmt: str, out, payload=None) -> None:
         render_plan(plan, out)
         if any(f.edits for f in plan.fixes):
             out.write()
-            out.write(f"apply with: gpudoctor fix {plan.entry_id} --script FILE --apply")
+            only = sorted({f.action_id for f in plan.fixes if f.edits})
+            skipped = any(n.endswith("than the log shows") for n in plan.notes)
+            out.write(f"apply with: gpudoctor fix {plan.entry_id} --script FILE"
+                      f"{' --only ' + ','.join(only) if skipped else ''} --apply")

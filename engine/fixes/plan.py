@@ -42,11 +42,20 @@ def read_script(path: str) -> str:
     return text
 
 
-def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, facts=None, env_file=None) -> FixPlan:
-    """Every fix action of the entry that the given inputs allow, with diffs; notes say what is missing."""
+def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, facts=None, env_file=None,
+             only=None, only_why: str = "not in --only") -> FixPlan:
+    """Every fix action of the entry that the given inputs allow, with diffs; notes say what is missing.
+
+    `only`: None, or the ids of the actions to plan (those a log's evidence calls for, none where it calls for a
+    step that no action carries out; or --only); the others get a note saying `only_why`."""
     entry = catalog.get(entry_id)
     if entry is None:
         raise FixError(f"unknown entry {entry_id!r} (see gpudoctor list)")
+    known = [a.id for a in entry.fix_actions]
+    unknown = [a for a in only or () if a not in known]
+    if unknown:
+        raise FixError(f"{entry.id} has no fix action {unknown[0]!r}"
+                       + (f" (its fix actions: {', '.join(known)})" if known else " (it has none)"))
     facts = dict(facts or {})
     from_log = not cmd and bool(facts.get("cmd"))  # the command the log echoed, not one the user typed
     cmd = cmd or facts.get("cmd")
@@ -66,6 +75,9 @@ def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fact
     if not entry.fix_actions:
         notes.append(f"{entry.id} has no executable fix; its steps are in `gpudoctor show {entry.id}`")
     actions = sorted(entry.fix_actions, key=lambda a: SAFETY_ORDER.index(a.safety))
+    if only is not None:
+        notes += [f"{a.id}: not planned, {only_why}" for a in actions if a.id not in only]
+        actions = [a for a in actions if a.id in only]
     for action in actions:
         merged = {k: v for k, v in action.param("defaults", ())}
         defaulted = set(merged)

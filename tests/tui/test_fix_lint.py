@@ -172,3 +172,22 @@ async def test_a_command_fix_is_planned_from_the_command_and_params_typed_on_the
         [fix] = screen.plan.fixes
         assert fix.commands == ("CUDA_VISIBLE_DEVICES=0,1,3 torchrun --nproc-per-node=3 train.py",)
         assert "$ CUDA_VISIBLE_DEVICES=0,1,3 torchrun" in screen.shown_text
+
+
+async def test_a_fix_opened_from_a_finding_leads_with_the_step_its_log_calls_for(make, state):
+    """D23 from HF Trainer 4.36's staging-folder race: upgrade transformers; the user's rank-zero patch is not planned."""
+    from gpudoctor.tui.screens.logs import LogScreen
+
+    log = ROOT / "tests" / "data" / "logs" / "D23" / "axolotl-948-tmp-checkpoint-rename-race.log"
+    app = make()
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.open_logs([str(log)])
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None,
+                         what="the diagnosis")
+        assert app.screen.diagnosis.findings[0].pointed.step == 4
+        await pilot.press("f")
+        await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None, what="plan")
+        text = " ".join(app.screen.shown_text.split())
+        assert "what this log calls for (step 4 of 6): When the duplicate save is inside a framework" in text
+        assert "pip install -U 'transformers>=4.37'" in text
+        assert not app.screen.plan.fixes and "rank-zero-side-effects: not planned" in text

@@ -30,8 +30,14 @@ def diff_text(diff: str) -> Text:
     return out
 
 
-def render_plan(plan) -> Group:
+def render_plan(plan, pointed=None) -> Group:
     parts = []
+    if pointed is not None and pointed.step:
+        parts.append(Text.assemble((f"what this log calls for (step {pointed.step} of {pointed.steps}): ", "bold"),
+                                   pointed.text))
+        if pointed.code:
+            parts.append(Text("  " + pointed.code.replace("\n", "\n  "), style="green"))
+        parts.append(Text(""))
     for fix in plan.fixes:
         head = Text.assemble((f"{fix.safety:<12}", SAFETY_STYLE.get(fix.safety, "bold")),
                              (f"{fix.action_id}", "bold"), f" ({fix.kind}): {fix.title}")
@@ -93,6 +99,12 @@ class FixScreen(Screen):
             yield Static("", id="fix-plan")
         yield Footer()
 
+    @property
+    def pointed(self):
+        """The fix step and actions the diagnosed log's evidence calls for, when the fix was opened from a finding."""
+        findings = self.diagnosis.findings if self.diagnosis is not None else ()
+        return next((f.pointed for f in findings if f.id == self.entry_id), None)
+
     def on_mount(self) -> None:
         self.sub_title = f"fix {self.entry_id}"
         self.replan()
@@ -106,9 +118,12 @@ class FixScreen(Screen):
             from gpudoctor.engine.fixes.facts import parse_params
 
             facts = facts_from_diagnosis(diagnosis, logs=logs) if diagnosis is not None else {}
+            pointed = self.pointed
             try:
                 facts.update(parse_params(params))
-                plan = plan_fix(catalog, entry_id, script=script, cmd=cmd, facts=facts)
+                plan = plan_fix(catalog, entry_id, script=script, cmd=cmd, facts=facts,
+                                only=pointed.actions if pointed is not None else None,
+                                only_why=f"it answers another cause of {entry_id} than the log shows")
             except FixError as exc:
                 self.post_message(WorkFailed("fix", str(exc)))
                 return
@@ -134,7 +149,7 @@ class FixScreen(Screen):
 
     def on_fix_planned(self, message: FixPlanned) -> None:
         self.plan = plan = message.plan
-        shown = render_plan(plan)
+        shown = render_plan(plan, self.pointed)
         self.shown_text = "\n".join(part.plain for part in shown.renderables)
         self.query_one("#fix-plan", Static).update(shown)
         safe, unsafe = len(plan.applicable(False)), len(plan.applicable(True))
