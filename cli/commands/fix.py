@@ -32,6 +32,9 @@ environment: GPUDOCTOR_STATE_DIR holds the undo journal
 (default ~/.local/state/gpudoctor)"""
 
 
+NOT_CALLED_FOR = "the log's evidence does not call for it"  # why a fix of the entry was left out of the plan
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("id", nargs="?", metavar="ID", help="catalogue entry (D22, mn3, ...); omit with --log")
     parser.add_argument("--script", metavar="FILE", help="training script to patch")
@@ -163,7 +166,7 @@ def run(args, out) -> int:
             raise UserError("--only: give one or more fix action ids, e.g. --only engine-backward")
     elif pointed is not None:
         only = pointed.actions
-        only_why = f"it answers another cause of {entry_id} than the log shows (gpudoctor fix {entry_id} plans all)"
+        only_why = f"{NOT_CALLED_FOR} (gpudoctor fix {entry_id} plans every fix)"
     if args.probe:
         facts.update(_probe_facts())
     facts.update(parse_params(args.param))
@@ -297,7 +300,7 @@ def plan_for_diagnosis(result, args, catalog):
     only = top.pointed.actions if top.pointed is not None else None
     try:
         return plan_fix(catalog, top.id, script=args.script, cmd=args.cmd, facts=facts, only=only,
-                        only_why=f"it answers another cause of {top.id} than the log shows")
+                        only_why=NOT_CALLED_FOR)
     except FixError as exc:
         raise UserError(str(exc)) from None
 
@@ -326,6 +329,6 @@ def emit_for_diagnosis(plan, fmt: str, out, payload=None) -> None:
         if any(f.edits for f in plan.fixes):
             out.write()
             only = sorted({f.action_id for f in plan.fixes if f.edits})
-            skipped = any(n.endswith("than the log shows") for n in plan.notes)
+            skipped = any(NOT_CALLED_FOR in n for n in plan.notes)
             out.write(f"apply with: gpudoctor fix {plan.entry_id} --script FILE"
                       f"{' --only ' + ','.join(only) if skipped else ''} --apply")

@@ -94,7 +94,7 @@ def test_fix_from_a_log_plans_only_what_its_evidence_calls_for(cli, tmp_path, mo
     assert res.code == 0, res
     data = json.loads(res.out)
     assert [f["action"] for f in data["fixes"]] == ["ds-config-auto"]
-    assert any(n.startswith("engine-backward: not planned, it answers another cause of D18") for n in data["notes"])
+    assert any(n.startswith("engine-backward: not planned, the log's evidence does not call for it") for n in data["notes"])
     assert data["fix_step"]["number"] == 1
     # a script whose loop calls loss.backward() beside the engine witnesses the other cause too: both are planned
     res = cli("fix", "--log", str(HF_MISMATCH), "--config", str(config), "--script", str(script), "--json")

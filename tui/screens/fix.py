@@ -123,7 +123,7 @@ class FixScreen(Screen):
                 facts.update(parse_params(params))
                 plan = plan_fix(catalog, entry_id, script=script, cmd=cmd, facts=facts,
                                 only=pointed.actions if pointed is not None else None,
-                                only_why=f"it answers another cause of {entry_id} than the log shows")
+                                only_why="the log's evidence does not call for it")
             except FixError as exc:
                 self.post_message(WorkFailed("fix", str(exc)))
                 return
