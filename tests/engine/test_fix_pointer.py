@@ -141,3 +141,17 @@ def test_diagnose_with_a_script_plans_the_pointed_fix_and_says_how_to_apply_it(c
     tail = res.out[res.out.index("Fix for D8"):]
     assert "non-reentrant-checkpoint" in tail and "find-unused-parameters: not planned" in " ".join(tail.split())
     assert "apply with: gpudoctor fix D8 --script FILE --only non-reentrant-checkpoint --apply" in tail
+
+
+@pytest.mark.parametrize("line, entry, step", [
+    # NCCL 2.2x's multi-node NVLink check: the IMEX service, not the fabric manager
+    ("node1:2:2 [0] transport/nvls.cc:180 NCCL WARN MNNVL (cliqueSize 8) is available but not working on this "
+     "system. Check the IMEX channel configuration (/dev/nvidia-caps-imex-channels).", "MN1", 5),
+    ("cudaGetDeviceCount returned 802 -> system not yet initialized", "MN1", 1),
+    ("NCCL WARN P2P is disabled between NVLINK connected GPUs 1 and 3. Please check", "D25", 4),
+])
+def test_one_entry_two_platform_faults(catalog, tmp_path, line, entry, step):
+    log = tmp_path / "nccl.log"
+    log.write_text(line + "\n")
+    f = top(catalog, log)
+    assert (f.id, f.tier, f.pointed.step) == (entry, "match", step), f
