@@ -42,7 +42,7 @@ def to_json(diagnosis) -> dict:
             {
                 "id": f.id, "tier": getattr(f, "tier", "match"), "title": f.title, "score": f.score,
                 "evidence": [dict(ev(e), signature=e.signature) for e in f.evidence],
-                "fix": f.fix, **_pointed_json(f.pointed), "probes": list(f.probes), "signatures": list(f.signatures),
+                "fix": f.fix, **pointed_json(f.pointed), "probes": list(f.probes), "signatures": list(f.signatures),
                 "consequence_of": list(f.consequence_of), "explains": list(f.explains),
                 **({"probe_results": [r.to_dict() for r in diagnosis.probe_results[f.id]]}
                    if f.id in diagnosis.probe_results else {}),
@@ -73,8 +73,8 @@ def to_json(diagnosis) -> dict:
     return payload
 
 
-def _pointed_json(p) -> dict:
-    """The fix step and actions the finding's own evidence calls for (the entry's `fix_for`)."""
+def pointed_json(p) -> dict:
+    """The fix step and actions a finding's own evidence calls for (the entry's `fix_for`), as JSON fields."""
     step = None
     if p is not None and p.step:
         step = {"number": p.step, "of": p.steps, "text": p.text, "code": p.code, "lang": p.lang, "because": p.because}

@@ -180,8 +180,9 @@ def run(args, out) -> int:
         payload = plan_to_dict(plan)
         payload["facts"] = {k: v for k, v in facts.items()}
         if pointed is not None and pointed.step:
-            payload["fix_step"] = {"number": pointed.step, "of": pointed.steps, "text": pointed.text,
-                                   "code": pointed.code, "lang": pointed.lang, "because": pointed.because}
+            from gpudoctor.report import pointed_json
+
+            payload["fix_step"] = pointed_json(pointed)["fix_step"]
         if result is not None:
             payload["applied"] = {"written": list(result.written), "unchanged": list(result.unchanged),
                                   "skipped": [{"action": a, "why": w} for a, w in result.skipped],
