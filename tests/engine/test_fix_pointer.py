@@ -37,9 +37,14 @@ def test_a_framework_bug_leads_with_the_upgrade_not_the_users_rank_gating(catalo
 
 @pytest.mark.parametrize("log, step, actions", [
     (READY_TWICE, 4, ("non-reentrant-checkpoint",)),
-    (UNUSED, 1, ("debug-unused-parameters", "find-unused-parameters")),
+    (UNUSED, 2, ("debug-unused-parameters", "find-unused-parameters")),  # threads end at find_unused_parameters
     (HF_MISMATCH, 1, ("ds-config-auto",)),
     (AUTO_COMPARED, 2, ()),  # plain DeepSpeed read "auto" as a number: writing more "auto" would be wrong
+    # torch 2's launch appends --local-rank the script does not take: torchrun appends nothing
+    (LOGS / "D1" / "Chinese-CLIP-74-main-unrecognized-local-rank.log", 1,
+     ("launch-with-torchrun", "local-rank-both-spellings")),
+    # the script insists on --local_rank and torchrun passes none: it has to read LOCAL_RANK
+    (LOGS / "D1" / "Swin-Transformer-342-launch-local-rank-required.log", 3, ("local-rank-both-spellings",)),
 ])
 def test_each_cause_of_an_entry_gets_its_own_step_and_actions(catalog, log, step, actions):
     f = top(catalog, log)
@@ -53,7 +58,7 @@ def test_the_strongest_evidence_picks_the_step_and_every_fired_kind_adds_its_act
     both.write_text(UNUSED.read_text(errors="replace") + READY_TWICE.read_text(errors="replace"))
     f = top(catalog, both)
     assert f.id == "D8"
-    assert f.pointed.step == 1 and f.pointed.because == "reduction-not-finished"  # weight 0.97 against 0.85
+    assert f.pointed.step == 2 and f.pointed.because == "reduction-not-finished"  # weight 0.97 against 0.85
     assert f.pointed.actions == ("debug-unused-parameters", "find-unused-parameters", "non-reentrant-checkpoint")
 
 
