@@ -25,16 +25,17 @@ SETS = {"dev": ROOT / "tests" / "data" / "logs", "sealed": ROOT / "tests" / "dat
 LABELS = {"dev": ROOT / "tests" / "data" / "fix_steps.yaml", "sealed": SETS["sealed"] / "fix_steps.yaml"}
 
 
-def load_labels(base: Path) -> list[dict]:
+def load_labels(name: str) -> list[dict]:
+    """The labels of one set ("dev" or "sealed") that name a step."""
     import yaml
 
-    path = LABELS[next(name for name, b in SETS.items() if b == base)]
+    path = LABELS[name]
     if not path.is_file():
         return []
     return [dict(item) for item in yaml.safe_load(path.read_text()) or [] if item.get("steps")]
 
 
-def evaluate(base: Path, catalog=None) -> dict:
+def evaluate(name: str, catalog=None) -> dict:
     """Counts for one set, and the rows behind them (path, entry, labelled steps, pointed step, first step)."""
     from gpudoctor.engine.diagnose import diagnose
     from gpudoctor.engine.sources import resolve
@@ -44,8 +45,8 @@ def evaluate(base: Path, catalog=None) -> dict:
 
         catalog = load_catalog(use_cache=False)
     rows = []
-    for label in load_labels(base):
-        result = diagnose(catalog, resolve([str(base / label["path"])]))
+    for label in load_labels(name):
+        result = diagnose(catalog, resolve([str(SETS[name] / label["path"])]))
         matches = [f for f in result.findings if f.tier == "match"]
         if not matches or matches[0].id != label["entry"]:
             continue
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dev-only", action="store_true", help="measure the development set alone")
     args = parser.parse_args(argv)
     names = ["dev"] if args.dev_only else list(SETS)
-    figures = {name: evaluate(SETS[name]) for name in names}
+    figures = {name: evaluate(name) for name in names}
     if args.json:
         print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "rows"} for k, v in figures.items()}, indent=2))
     else:

@@ -14,13 +14,13 @@ import fix_steps  # noqa: E402
 
 @pytest.fixture(scope="module")
 def figures(catalog):
-    return {name: fix_steps.evaluate(base, catalog) for name, base in fix_steps.SETS.items()}
+    return {name: fix_steps.evaluate(name, catalog) for name in fix_steps.SETS}
 
 
 def test_the_labels_are_there_and_name_real_steps(catalog):
-    for base in fix_steps.SETS.values():
-        labels = fix_steps.load_labels(base)
-        assert len(labels) >= 60, base
+    for name, base in fix_steps.SETS.items():
+        labels = fix_steps.load_labels(name)
+        assert len(labels) >= 60, name
         for label in labels:
             entry = catalog.get(label["entry"])
             assert entry is not None and entry.fix_for, label["entry"]
