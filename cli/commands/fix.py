@@ -242,7 +242,7 @@ def render_plan(plan, out, catalog=None, pointed=None) -> None:
     if pointed is not None and pointed.step:
         _wrap(out, f"what this log calls for (step {pointed.step} of {pointed.steps}): {pointed.text}", indent="")
         for line in (pointed.code or "").splitlines():
-            out.write("    " + out.style(line, "code"))
+            out.write("    " + out.style(line, "code") if line.strip() else "")
     for fix in plan.fixes:
         out.write()
         tag = out.style(f"[{fix.safety}]", _SAFETY_STYLE.get(fix.safety, "bold"))
