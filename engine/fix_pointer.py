@@ -36,13 +36,13 @@ def pointed(entry, finding: Finding) -> PointedFix | None:
     if not ranked:
         return None
     ranked.sort(key=lambda r: r[:2])
-    with_step = [(best, item) for _, _, best, item in ranked if item.step]
-    because, chosen = with_step[0] if with_step else (ranked[0][2], None)
-    step = entry.fix[chosen.step - 1] if chosen is not None else None
+    # the strongest group that names a step chooses it; with none, the strongest evidence is still the reason
+    because, number = next(((best, item.step) for *_, best, item in ranked if item.step), (ranked[0][2], 0))
+    step = entry.fix[number - 1] if number else None
     actions = tuple(dict.fromkeys(a for *_, item in ranked for a in item.actions))
-    return PointedFix(step=chosen.step if chosen is not None else 0, steps=len(entry.fix),
-                      text=step.text if step else "", code=step.code if step else None,
-                      lang=step.lang if step else None, actions=actions, because=because)
+    return PointedFix(step=number, steps=len(entry.fix), text=step.text if step else "",
+                      code=step.code if step else None, lang=step.lang if step else None, actions=actions,
+                      because=because)
 
 
 def point(entries: dict, findings: list[Finding]) -> list[Finding]:
