@@ -5,12 +5,13 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Mapping
 
 from gpudoctor.probes import hostinfo, linkspeed, ranks
 from gpudoctor.probes.sweep import WARMUP, analyse, human_bytes, iterations, message_sizes
-from gpudoctor.probes.base import Result, confirmed, errored, ruled_out, skipped
+from gpudoctor.probes.base import Result, confirmed, ruled_out, skipped
 
 CPU_MAX_BYTES = 4 << 20
 GPU_MAX_BYTES = 256 << 20
@@ -149,30 +150,46 @@ def _plan(options: Mapping, backend: str, gpu: bool) -> dict:
             "delay_s": float(options.get("delay_s") or 0.0)}
 
 
-def choose_backend(options: Mapping) -> tuple[str, int, str | None]:
-    """(backend, local GPU count, why not) — nccl on two or more GPUs, gloo otherwise."""
+def pick_backend(wanted: str | None, gpus: int, nccl: bool, ranks_here: int) -> tuple[str, str | None]:
+    """(backend, why not) for `ranks_here` ranks on a node with `gpus` GPUs: nccl when each rank can have a
+    GPU of its own, gloo otherwise. Every rank of a node computes the same answer from the same figures, so
+    no rank is left waiting in a group that another rank declined to join."""
+    if wanted == "nccl" and not nccl:
+        return "", "backend nccl asked for, but NCCL or GPUs are unavailable here"
+    if wanted == "nccl" and ranks_here > gpus:
+        return "", (f"{ranks_here} ranks on this node need {ranks_here} GPUs with nccl; {gpus} visible "
+                    "(use --backend gloo)")
+    if wanted:
+        return wanted, None
+    return ("nccl" if nccl and ranks_here <= gpus else "gloo"), None
+
+
+def _gpus() -> tuple[int, bool]:
+    """(visible GPUs, whether NCCL is usable with them)."""
     import torch
     import torch.distributed as dist
 
-    if not dist.is_available():
-        return "", 0, "this torch has no torch.distributed"
     gpus = torch.cuda.device_count() if torch.version.cuda and torch.cuda.is_available() else 0
-    wanted = options.get("backend")
-    if wanted == "nccl" and not (gpus and dist.is_nccl_available()):
-        return "", gpus, "backend nccl asked for, but NCCL or GPUs are unavailable here"
-    if wanted:
-        return wanted, gpus, None
-    return ("nccl" if gpus and dist.is_nccl_available() else "gloo"), gpus, None
+    return gpus, bool(gpus and dist.is_nccl_available())
+
+
+def _more_ranks_than_gpus(ranks_here: int, gpus: int) -> str:
+    return (f"{ranks_here} ranks on this node but {gpus} GPU(s) visible: the collectives ran on gloo; an NCCL "
+            "job launched this way fails with \"invalid device ordinal\" or a duplicate GPU (D27)")
 
 
 def _local(options: Mapping, env: Mapping[str, str]) -> Result:
-    backend, gpus, why = choose_backend(options)
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return skipped("this torch has no torch.distributed")
+    gpus, nccl = _gpus()
+    wanted = options.get("backend")
+    world = int(options.get("nproc") or (gpus if gpus >= 2 and wanted != "gloo" else 2))
+    backend, why = pick_backend(wanted, gpus, nccl, world)
     if why:
         return skipped(why)
     gpu = backend == "nccl"
-    world = int(options.get("nproc") or (gpus if gpu and gpus >= 2 else 2))
-    if gpu and world > gpus:
-        return skipped(f"{world} ranks need {world} GPUs with nccl; {gpus} visible (use --backend gloo)")
     plan = _plan(options, backend, gpu)
     plan["single_thread"] = True
     workdir = tempfile.mkdtemp(prefix="gpudoctor-collectives-")
@@ -192,12 +209,16 @@ def _local(options: Mapping, env: Mapping[str, str]) -> Result:
 
 
 def _under_launcher(options: Mapping, env: Mapping[str, str], job: hostinfo.Job) -> Result:
-    backend, gpus, why = choose_backend(options)
-    if why:
-        return skipped(why)
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return skipped("this torch has no torch.distributed")
+    gpus, nccl = _gpus()
+    wanted = options.get("backend")
+    backend, why = pick_backend(wanted, gpus, nccl, job.local_world_size)
+    if why:  # every rank of the node says so and leaves: none is left waiting for the others
+        return confirmed(why + " (D27)", entries=("D27",)) if wanted == "nccl" and nccl else skipped(why)
     gpu = backend == "nccl"
-    if gpu and job.local_rank >= gpus:
-        return errored(f"LOCAL_RANK {job.local_rank} has no GPU ({gpus} visible) (D3)")
     plan = _plan(options, backend, gpu)
     plan["local_rank"] = job.local_rank
     plan["store"] = {"kind": "job", "prefix": options["store_prefix"], "master_addr": job.master_addr,
@@ -210,5 +231,9 @@ def _under_launcher(options: Mapping, env: Mapping[str, str], job: hostinfo.Job)
         return ruled_out(f"rank {job.rank} took part; rank 0 reports for the group", figures={"self": mine})
     link, why_no_link = linkspeed.expected_link(options, env, backend, job.multi_node, job.master_addr)
     oversubscribed = not gpu and job.local_world_size > (os.cpu_count() or 1)
-    return analyse(out["ranks"] or [out["self"]], job.world_size, backend, {}, link, why_no_link,
-                   oversubscribed, multi_node=job.multi_node)
+    result = analyse(out["ranks"] or [out["self"]], job.world_size, backend, {}, link, why_no_link,
+                     oversubscribed, multi_node=job.multi_node)
+    if not wanted and 0 < gpus < job.local_world_size:
+        result = replace(result, evidence=(_more_ranks_than_gpus(job.local_world_size, gpus), *result.evidence),
+                         entries=tuple(dict.fromkeys((*result.entries, "D27"))))
+    return result

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -52,7 +53,9 @@ def test_check_rows_fit_80_columns(cli):
 
 def test_check_without_torch_skips_what_needs_it(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
-    env = {"PYTHONPATH": str(tmp_path), "NO_COLOR": "1", "PATH": "/usr/bin:/bin"}
+    # keep a PYTHONPATH the package may be installed on (a --target install), after the torch blocker
+    path = os.pathsep.join(filter(None, (str(tmp_path), os.environ.get("PYTHONPATH"))))
+    env = {"PYTHONPATH": path, "NO_COLOR": "1", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-m", "gpudoctor", "check", "--json"], capture_output=True, text=True,
                           env=env, timeout=120)
     assert proc.returncode in (0, 1), proc.stderr

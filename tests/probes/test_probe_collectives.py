@@ -99,3 +99,30 @@ def test_sizes_follow_nccl_tests():
     assert sweep.bus_factor(8) == pytest.approx(1.75)
     assert linkspeed.parse_nvlink_status("GPU 0: H100\n\t Link 0: 26.562 GB/s\n\t Link 1: 26.562 GB/s\n"
                                          "\t Link 2: <inactive>\n") == pytest.approx(53.124)
+
+
+@pytest.mark.parametrize("wanted, gpus, nccl, ranks_here, expect", [
+    (None, 8, True, 8, "nccl"),     # one GPU per rank
+    (None, 1, True, 1, "nccl"),     # a single rank on a single GPU
+    (None, 1, True, 2, "gloo"),     # two ranks, one GPU: nccl would refuse the duplicate GPU
+    (None, 4, True, 8, "gloo"),
+    (None, 0, False, 2, "gloo"),    # no GPU at all
+    (None, 2, False, 2, "gloo"),    # GPUs but a torch without NCCL
+    ("gloo", 8, True, 8, "gloo"),   # asked for
+    ("nccl", 8, True, 8, "nccl"),
+])
+def test_pick_backend_gives_each_rank_a_gpu_or_uses_gloo(wanted, gpus, nccl, ranks_here, expect):
+    from gpudoctor.probes.collectives import pick_backend
+
+    assert pick_backend(wanted, gpus, nccl, ranks_here) == (expect, None)
+
+
+@pytest.mark.parametrize("gpus, nccl, ranks_here, words", [
+    (1, True, 2, "2 ranks on this node need 2 GPUs with nccl; 1 visible"),
+    (0, False, 2, "NCCL or GPUs are unavailable"),
+])
+def test_pick_backend_refuses_nccl_it_cannot_give(gpus, nccl, ranks_here, words):
+    from gpudoctor.probes.collectives import pick_backend
+
+    backend, why = pick_backend("nccl", gpus, nccl, ranks_here)
+    assert backend == "" and words in why
