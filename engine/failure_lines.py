@@ -65,6 +65,8 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
         if whole is not None:  # last: a whole text's lines come with the continuation of a wrapped message
             for line_no, text in _failure_lines_in(whole, seen_shapes):
                 found[(name, line_no)] = text
+    if found and not any(_FAILURE.search(t) or not _WARNING.search(t) for t in found.values()):
+        found = {}  # warnings alone: a run that printed advice, not one that failed
     out, seen = [], set()
     both = {k: (t, "failure-line") for k, t in found.items()}
     both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})

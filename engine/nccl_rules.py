@@ -149,6 +149,19 @@ _FIRST_WORK = _lazy(r"^\s*WorkNCCL\(SeqNum=1,")
 _TIMEOUT_WORDS = ("collective operation timeout", "Timeout at NCCL work")
 
 
+# NCCL's init lines give each communicator's size: "ncclCommInitRank comm 0x.. rank 0 nranks 8 cudaDev 0 ..." (2.x,
+# init.cc) and "comm 0x.. rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 ..." (2.12+)
+_NRANKS = _lazy(r"\brank \d+ n[Rr]anks (\d+)\b")
+
+
+def world_of_one(text: str) -> bool:
+    """Every communicator NCCL reports has a single rank: no peer, no path between GPUs, no one to wait for."""
+    if "anks " not in text:  # nranks, nRanks
+        return False
+    sizes = {m.group(1) for m in _NRANKS.finditer(text)}
+    return sizes == {"1"}
+
+
 def first_collective_rule(text: str, file: str) -> list[Verdict]:
     """The group's first collective (SeqNum=1) timed out and no later one did: the communicator never carried data.
 
@@ -181,7 +194,7 @@ def first_collective_rule(text: str, file: str) -> list[Verdict]:
                                 note=note))
     from gpudoctor.engine.netif import hosts
 
-    if len(hosts(text)) <= 1:
+    if len(hosts(text)) <= 1 and not world_of_one(text):
         why = Evidence(file, first[0], "the group's first collective (SeqNum=1) never completed on one host: the "
                                        "GPUs' peer-to-peer path is the first suspect (try NCCL_P2P_DISABLE=1)",
                        "because")

@@ -44,6 +44,35 @@ def one_node_ordinal_rule(text: str, file: str) -> list:
             Verdict("D27", "rule:ordinal-on-one-node", (here, why), score=0.7)]
 
 
+# torchelastic's failure summary (torch/distributed/elastic/multiprocessing/errors/__init__.py, 1.9+): the block
+# after "Root Cause (first observed failure):" names the rank that failed first as "rank : 1 (local_rank: 1)"
+_ROOT_CAUSE = _lazy(r"Root Cause \(first observed failure\):\s*\n(?:.*\n){0,4}?\s*rank\s*:\s*(\d+) \(local_rank:\s*(\d+)\)")
+
+
+def failed_local_rank_rule(text: str, file: str) -> list:
+    """D27 (and D3 ruled out) when torchelastic's summary says the rank that failed first with an invalid device
+    ordinal had a global rank equal to its local rank, above 0: for that process RANK and LOCAL_RANK pick the same
+    device, so choosing by RANK (D3) changed nothing, and its local rank is past the GPUs the node shows."""
+    if "Root Cause" not in text or not _ORDINAL.search(text):
+        return []
+    m = _ROOT_CAUSE.search(text)
+    if m is None or m.group(1) != m.group(2) or m.group(2) == "0":
+        return []
+    from gpudoctor.engine.textfind import line_at
+
+    lines = text.splitlines()
+    error = next(i for i, line in enumerate(lines) if _ORDINAL.search(line))
+    rank_line, _ = line_at(text, m.start(1))
+    why = Evidence(file, rank_line, f"the rank that failed first is rank {m.group(1)} with local rank {m.group(2)}: "
+                                    "its global and local rank pick the same GPU", "because")
+    here = Evidence(file, error + 1, lines[error], "rule:ordinal-at-local-rank")
+    note = (f"not D3: line {rank_line} shows rank {m.group(1)} failed first with local rank {m.group(2)}, so a device "
+            f"chosen by RANK is the one LOCAL_RANK picks; an invalid ordinal there means more processes on the node "
+            f"than visible GPUs (D27)")
+    return [Verdict("D3", "rule:ordinal-at-local-rank", (here,), rule_out=True, note=note),
+            Verdict("D27", "rule:ordinal-at-local-rank", (here, why), score=0.7)]
+
+
 # accelerate's state as the script logs it (PartialState.__repr__): "Local process index: 3" then "Device: cuda:0"
 _ACC_STATE = _lazy(r"Local process index: (\d+)\s*\n\s*Device: cuda:(\d+)")
 _SHARED_GPU = _lazy(r"Duplicate GPU detected|ncclInvalidUsage|invalid usage")

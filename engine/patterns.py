@@ -17,7 +17,7 @@ STRUCT = "@"  # owner of structural patterns, which no entry owns
 # A rank that lost its peer: the line that finds one, and the words that classify an error as one.
 LOST_PEER = (
     r"Connection (?:closed|reset) by (?:remote )?peer|remote worker crashing|Broken pipe|Failed to recv, got 0 bytes|"
-    r"communicator was aborted|remote process exited|Connection refused|ProcessGroup.*(?:aborted|shut ?down)|"
+    r"communicator was aborted|remote process exited|Connection refused|ProcessGroup[^#]*(?:aborted|shut ?down)|"
     r"NCCL communicator.*abort|aborted its NCCL communicators"
 )
 # (torch 1.8-1.11 ProcessGroupNCCL: "[Rank 1] Found key in store: NCCLABORTEDCOMM:..., from rank: 0. This means that

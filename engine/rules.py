@@ -253,8 +253,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.init_wait import duplicate_rank_rule, init_wait_rule
     from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule
     from gpudoctor.engine.ds_no_sync import no_sync_rule
-    from gpudoctor.engine.ordinal_rules import (accelerate_modulo_rule, device_list_rule, one_node_ordinal_rule,
-                                                requested_devices_rule)
+    from gpudoctor.engine.ordinal_rules import (accelerate_modulo_rule, device_list_rule, failed_local_rank_rule,
+                                                one_node_ordinal_rule, requested_devices_rule)
     from gpudoctor.engine.nccl_tests import stopped_tests_rule
     from gpudoctor.engine.device_rules import device_rules
     from gpudoctor.engine.launch_rules import literal_local_rank_rule, one_process_killed_rule, visible_devices_rule
@@ -283,7 +283,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(auto_float_rule(whole, scan.name))
             verdicts.extend(init_wait_rule(whole, scan.name))
             verdicts.extend(duplicate_rank_rule(whole, scan.name))
-            verdicts.extend(one_node_ordinal_rule(whole, scan.name))
+            verdicts.extend(one_node_ordinal_rule(whole, scan.name) or failed_local_rank_rule(whole, scan.name))
             verdicts.extend(accelerate_modulo_rule(whole, scan.name))
             verdicts.extend(device_list_rule(whole, scan.name))
             verdicts.extend(requested_devices_rule(whole, scan.name))
@@ -309,7 +309,19 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
         from gpudoctor.engine.hangs import hang_rules
 
         verdicts.extend(hang_rules(dumps))
-    return verdicts
+    return _one_node_outranks_global_rank(verdicts)
+
+
+# rules that show the failing process's global rank equals its local rank: there a device index taken from the global
+# rank is the one the local rank gives, so the source line that reads the global rank is not what went wrong
+_GLOBAL_IS_LOCAL = ("rule:ordinal-on-one-node", "rule:ordinal-at-local-rank")
+
+
+def _one_node_outranks_global_rank(verdicts: list[Verdict]) -> list[Verdict]:
+    files = {v.evidence[0].file for v in verdicts if v.rule in _GLOBAL_IS_LOCAL}
+    if not files:
+        return verdicts
+    return [v for v in verdicts if not (v.rule == "rule:ordinal-by-global-rank" and v.evidence[0].file in files)]
 
 
 def merge(entries: dict, findings: list[Finding], verdicts: list[Verdict]) -> tuple[list[Finding], list[str]]:
