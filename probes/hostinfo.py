@@ -69,10 +69,19 @@ def run_command(options: Mapping, argv: list[str], timeout: float = COMMAND_TIME
         done = subprocess.run([path, *argv[1:]], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, errors="replace")
     except subprocess.TimeoutExpired as exc:
-        return CommandOutput(None, _text(exc.stdout), _text(exc.stderr))
+        return CommandOutput(None, plain(_text(exc.stdout)), plain(_text(exc.stderr)))
     except OSError as exc:
         return CommandOutput(126, "", str(exc))
-    return CommandOutput(done.returncode, done.stdout, done.stderr)
+    return CommandOutput(done.returncode, plain(done.stdout), plain(done.stderr))
+
+
+# terminal control sequences a command prints even into a pipe (nvidia-smi 5xx underlines the header of its `topo`
+# matrices with ESC[4m ... ESC[0m): parsers see the words, and no sequence reaches the user's terminal through evidence
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
+def plain(text: str) -> str:
+    return _ESCAPES.sub("", text) if "\x1b" in text else text
 
 
 def _text(data) -> str:

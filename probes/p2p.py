@@ -6,7 +6,7 @@ import threading
 from typing import Mapping
 
 from gpudoctor.probes import hostinfo
-from gpudoctor.probes.base import Result, confirmed, inconclusive, ruled_out
+from gpudoctor.probes.base import Result, confirmed, inconclusive, ruled_out, skipped
 
 COPY_BYTES = 64 << 20
 COPY_TIMEOUT_S = 10.0
@@ -16,7 +16,11 @@ _CELL = re.compile(r"^(X|OK|CNS|GNS|TNS|NS|U)$")
 
 def probe(options: Mapping) -> Result:
     out = hostinfo.run_command(options, ["nvidia-smi", "topo", "-p2p", "r"])
-    pairs = parse_p2p_matrix(out.stdout) if out and out.returncode == 0 else {}
+    matrix = out.stdout if out and out.returncode == 0 else ""
+    if len(matrix_gpus(matrix)) == 1:
+        return skipped("one GPU on this machine: there is no peer-to-peer path between GPUs to test",
+                       ["nvidia-smi topo -p2p r lists GPU0 alone"], {"pairs": {}})
+    pairs = parse_p2p_matrix(matrix)
     cmdline = hostinfo.read_text(hostinfo.under_root(options, "/proc/cmdline")) or ""
     env = hostinfo.environ(options)
     copy = None
@@ -59,6 +63,15 @@ def judge(pairs: dict, cmdline: str, env: Mapping[str, str], copy: dict | None) 
                             evidence, figures, ("D25",))
     return inconclusive("no peer copy could be tried (torch with CUDA and two GPUs are needed)", evidence, figures,
                         ("D25",))
+
+
+def matrix_gpus(text: str) -> list[int]:
+    """The GPU indices heading `nvidia-smi topo -p2p r`'s matrix ([] when there is none)."""
+    for line in text.splitlines():
+        cells = line.split()
+        if cells and all(re.fullmatch(r"GPU\d+", c) for c in cells):
+            return [int(c[3:]) for c in cells]
+    return []
 
 
 def parse_p2p_matrix(text: str) -> dict[tuple[int, int], str]:

@@ -34,6 +34,28 @@ def test_skipped_here_with_the_reason():
     assert result.status is Status.SKIPPED and "NVIDIA driver" in result.summary
 
 
+# nvidia-smi 580.159.04 on a one-GPU H200 (bench/gpu/run.sh, 2026-11-28), escapes as it printed them into a file
+ONE_GPU = " \t\x1b[4mGPU0\t\x1b[0m\n GPU0\tX\t\n\nLegend:\n\n  X    = Self\n  OK   = Status Ok\n"
+# the same driver's header on a four-GPU box: underlined from the first GPU to the end of the line
+UNDERLINED = MATRIX.replace(" \tGPU0\tGPU1\tGPU2\tGPU3\t\n", " \t\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\t\x1b[0m\n")
+
+
+def test_one_gpu_has_no_path_to_test(bin_dir):
+    add_command(bin_dir, "nvidia-smi", "printf '%b' '" + ONE_GPU.replace("\x1b", "\\033").replace("\t", "\\t")
+                .replace("\n", "\\n") + "'\n")
+    result = p2p.probe({"bin_dir": str(bin_dir), "no_copy": True, "env": {}})
+    assert result.status is Status.SKIPPED and "one GPU" in result.summary, result
+
+
+def test_underlined_header_as_nvidia_smi_prints_it(sysroot, bin_dir):
+    add_command(bin_dir, "nvidia-smi", "printf '%b' '" + UNDERLINED.replace("\x1b", "\\033").replace("\t", "\\t")
+                .replace("\n", "\\n") + "'\n")
+    write(sysroot / "proc/cmdline", "BOOT_IMAGE=/vmlinuz quiet\n")
+    result = p2p.probe({"sys_root": str(sysroot), "bin_dir": str(bin_dir), "no_copy": True, "env": {}})
+    assert result.figures["pairs"]["0-1"] == "OK" and len(result.figures["pairs"]) == 6, result
+    assert not any("\x1b" in line for line in (result.summary, *result.evidence))
+
+
 def test_matrix_parse():
     assert p2p.parse_p2p_matrix(MATRIX) == {(0, 1): "OK", (0, 2): "CNS", (0, 3): "CNS", (1, 2): "CNS",
                                             (1, 3): "CNS", (2, 3): "OK"}
