@@ -87,7 +87,7 @@ _CUDA_BY_MESSAGE = {msg.lower(): (num, name, msg, why) for num, (name, msg, why)
 _NCCL_NAME = _lazy(r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|"
                         r"RemoteError|InProgress|Timeout))\b")
 # NCCL's INFO trace of a failing call: "transport/net.cc:1298 -> 6"
-_NCCL_TRACE = _lazy(r"\b[\w/]+\.(?:cc|h|cu|cpp):\d+ -> (\d)\b")
+_NCCL_TRACE = _lazy(r"\b[\w/]{1,300}\.(?:cc|h|cu|cpp):\d+ -> (\d)\b")  # bounded: a long token is no rescan
 _CUDA_NAME = _lazy(r"\b(cudaError\w+|CUDA_ERROR_\w+)\b")
 _CUDA_NUMBER = _lazy(r"(?:Cuda failure|CUDA error|cudaError|error code|code=|CUDA_ERROR)\D{0,12}?\b(\d{1,3})\b")
 
@@ -108,6 +108,17 @@ def _nccl(value: int) -> Meaning | None:
     return None
 
 
+def _nccl_traces(text: str):
+    """NCCL's "file.cc:123 -> 2" return traces, read only around each arrow: a long line is not rescanned."""
+    at, done = text.find(" -> "), 0
+    while at >= 0:
+        m = _NCCL_TRACE.search(text, max(done, at - 320), at + 8)
+        if m is not None:
+            yield m
+            done = m.end()
+        at = text.find(" -> ", at + 4)
+
+
 def explain(text: str) -> list[Meaning]:
     """Meanings of the NCCL results and CUDA errors a line names, by name, printed message or number."""
     found: dict[str, Meaning] = {}
@@ -116,7 +127,7 @@ def explain(text: str) -> list[Meaning]:
     for num, name, printed, why in NCCL_RESULTS:
         if name in names or (printed in lower and ("nccl" in lower)):
             found[name] = Meaning(f"{name} ({num})", why)
-    for m in _NCCL_TRACE.finditer(text):
+    for m in _nccl_traces(text):
         meaning = _nccl(int(m.group(1)))
         if meaning is not None:
             found.setdefault(meaning.code.split()[0], meaning)

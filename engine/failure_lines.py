@@ -165,7 +165,7 @@ def _doing(header: str) -> str:
     at = header.find("Traceback")
     if at <= 0:
         return ""
-    text = header[:at]
+    text = header[max(0, at - 400):at]  # a progress bar's words sit just before the header
     text = text[text.rfind("\r") + 1:]
     text = _BAR.sub("", text).strip(" :|")
     return text[:120] if re.search(r"[A-Za-z]{3}", text) else ""
@@ -223,7 +223,7 @@ def _with_continuation(text: str, end: int, line: str) -> str:
         if head and not nxt.startswith(head):
             break
         body = nxt[len(head):]
-        if _NEW_RECORD.match(body) or _FRAME_LINE.match(body) or len(body) > MAX_QUERY_CHARS:
+        if len(body) > MAX_QUERY_CHARS or _NEW_RECORD.match(body) or _FRAME_LINE.match(body):
             break
         parts.append(body.strip())
         end = nxt_end

@@ -69,7 +69,10 @@ def aggregate(scores: list[float]) -> float:
 # a source path or file location ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]", "at ../torch/csrc/..."):
 # it names the file that printed the message, not the cause, and its directory words (distributed, launch, tcp)
 # match entries that merely mention them; the file's own name is kept (data_parallel.py does say DataParallel)
-_PATH = _lazy(r"(?:\b[A-Za-z]:)?(?:[\w.~+-]*[/\\])+([\w.+-]+?)(?::\d+)*:?(?=[\s\]),'\"]|$)")
+_PATH = _lazy(r"(?:\b[A-Za-z]:)?(?:[\w.~+-]{0,255}[/\\]){1,64}([\w.+-]{1,255}?)(?::\d+)*:?(?=[\s\]),'\"]|$)")
+
+
+LINE_WORDS_CHARS = 8192  # a failure line's words to search come from its start; a query keeps far fewer
 
 
 def line_words(text: str) -> str:
@@ -77,8 +80,10 @@ def line_words(text: str) -> str:
     left out, paths cut to their file names, whitespace collapsed."""
     from gpudoctor.engine.prefix import parse_prefix
 
-    body = without_stock_advice(" ".join(parse_prefix(text).body.split()))
-    return " ".join(_PATH.sub(_file_name, body).split())
+    body = without_stock_advice(" ".join(parse_prefix(text[:LINE_WORDS_CHARS]).body.split()))
+    # path by path: a long run of word characters without a slash (a hex dump, a hash) would otherwise be rescanned
+    # from each of its characters
+    return " ".join(" ".join(_PATH.sub(_file_name, w).split()) if "/" in w or "\\" in w else w for w in body.split())
 
 
 def failure_line_index(catalog):

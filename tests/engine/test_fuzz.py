@@ -81,3 +81,21 @@ def test_a_50_mb_line(tmp_path):
     code, out, err = _diagnose(tmp_path, line + b"\n", "--json")
     _check(code, err)
     assert code == 0 and "EADDRINUSE" in out and "scanned in pieces" in out
+
+
+# one character run repeated into a long token: each of these once made a regex rescan the token from every position
+# (a hex dump, a deep path, a digit string), so that a 100 KB line took seconds and a 600 KB one many minutes
+LONG_TOKENS = ["a", "a/", "/a", "0", "a.", "a:", "a-", "\\a", "a_", ".", "0x", ":0", "a/b.cc:1 ", "x.py:1", "%", "-a"]
+
+
+@pytest.mark.parametrize("unit", LONG_TOKENS)
+def test_a_long_token_in_a_failure_line_is_read_in_linear_time(tmp_path, unit):
+    import time
+
+    blob = (unit * (200_000 // len(unit) + 1))[:200_000]
+    data = ("Traceback (most recent call last):\nRuntimeError: NCCL error in: x.cpp:1, " + blob + " end\n"
+            + blob + " NCCL WARN timeout\n").encode()
+    start = time.perf_counter()
+    code, out, err = _diagnose(tmp_path, data)
+    assert code in (0, 1) and "Traceback" not in err, err
+    assert time.perf_counter() - start < 8  # about 0.5 s each here; quadratic was over 40 s at this size
