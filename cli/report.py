@@ -328,6 +328,10 @@ def _evidence(out: Out, e, single_input: bool, width: int) -> None:
     loc = _where(e, single_input)
     text = " ".join(sanitize(shown(e.text)).split())
     room = max(20, width - 4 - len(loc) - 2)
+    if text.startswith("…") and len(text) > 2 * room:
+        # the stretch of a giant line kept around its match, which sits at its centre: show the centre
+        mid = len(text) // 2
+        text = "…" + text[mid - room + 2: mid + room - 2].strip() + "…"
     parts = textwrap.wrap(text, room, break_on_hyphens=False) or [""]
     out.write("    " + out.style(loc, "dim") + "  " + parts[0])
     if len(parts) > 1:

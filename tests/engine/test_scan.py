@@ -324,3 +324,12 @@ def test_a_ranks_last_line_is_found_behind_a_collectors_column_and_under_torchru
     result = scan_bytes(patterns, ("\n".join(tee) + "\n").encode())
     assert {text: no for no, text in result.rank_tail.values()} == {"[default1]:[rank1] epoch 0 done": 2,
                                                                      "[default0]:step 2": 4}
+
+
+def test_terminal_evidence_from_a_huge_line_shows_the_words_that_matched(cli, tmp_path):
+    path = tmp_path / "oneline.log"
+    path.write_text("x" * (3 << 20) + " RuntimeError: Address already in use " + "y" * (3 << 20), encoding="utf-8")
+    res = cli("diagnose", "--no-color", str(path))
+    shown = " ".join(line.strip() for line in res.out.splitlines()[2:4])
+    assert res.code == 0 and "Address already in use" in shown, res.out[:600]
+    assert all(len(line) <= 80 for line in res.out.splitlines())
