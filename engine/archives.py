@@ -70,11 +70,24 @@ def _remove_all() -> None:
         shutil.rmtree(_scratch.pop(), ignore_errors=True)
 
 
+# How far an archive may expand on the scratch disk: logs compress 10-50 times, a zip bomb a thousand. A member is cut
+# where the archive's copies pass RATIO times its own size (never under MIN_CAP), or where the disk would keep
+# under FREE_FLOOR free, and the members after it are skipped.
+RATIO = 100
+MIN_CAP = 256 << 20
+FREE_FLOOR = 512 << 20
+
+
+class TooBig(Exception):
+    """An archive expanded past what its size makes plausible for logs, or the scratch disk ran low."""
+
+
 class _Out:
     """Where members are written: numbered files in one scratch folder, listed with the names they are shown by."""
 
-    def __init__(self, shown: str):
+    def __init__(self, shown: str, size: int = 0):
         self.shown, self.folder, self.members = shown, _folder(), []
+        self.cap, self.written, self._free_at = max(MIN_CAP, RATIO * size), 0, 0
 
     def open(self, name: str):
         clean = name.replace("\\", "/").strip("/")
@@ -82,7 +95,18 @@ class _Out:
         path = self.folder / f"{len(self.members):06d}-{base}"
         fh = open(path, "wb")  # listed only once it exists: a full disk leaves no name without a file
         self.members.append((f"{self.shown}/{clean}", path))
-        return fh
+        return _Counted(fh, self)
+
+    def count(self, n: int) -> None:
+        self.written += n
+        if self.written > self.cap:
+            raise TooBig(f"its files expand past {self.cap >> 20} MiB, {RATIO} times its own size")
+        if self.written >= self._free_at:  # the disk is asked every 64 MiB
+            import shutil
+
+            self._free_at = self.written + (64 << 20)
+            if shutil.disk_usage(self.folder).free < FREE_FLOOR:
+                raise TooBig(f"the scratch disk ({self.folder.parent}) has under {FREE_FLOOR >> 20} MiB free")
 
     def drop_last(self) -> None:
         name, path = self.members.pop()
@@ -90,6 +114,24 @@ class _Out:
             os.unlink(path)
         except OSError:
             pass
+
+
+class _Counted:
+    """A member's scratch file that counts what is written to it against the archive's cap."""
+
+    def __init__(self, fh, out: _Out):
+        self.fh, self.out = fh, out
+
+    def write(self, data: bytes) -> None:
+        room = self.out.cap - self.out.written
+        self.fh.write(data[:max(0, room)] if len(data) > room else data)
+        self.out.count(len(data))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fh.close()
 
 
 def _copy(src, dst) -> None:
@@ -108,13 +150,22 @@ def _reason(exc: BaseException) -> str:
 def expand(path: Path, shown: str, kind: str, stream, problems: list[str]) -> list[tuple[str, Path]]:
     """(shown name, scratch file) per member, in archive order. `stream` reads the archive's decompressed bytes
     (a tar) and is closed here; problems get one line for a break or a skipped member."""
-    out = _Out(shown)
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        size = 0
+    out = _Out(shown, size)
     try:
         if kind == "zip":
             stream.close()
             _zip(path, out, problems)
         else:
             _tar(stream, out, problems)
+    except TooBig as exc:
+        stream.close()
+        name = out.members[-1][0] if out.members else shown
+        problems.append(f"{shown}: {exc}: {name} is cut there and the files after it are skipped (a zip bomb, or "
+                        f"logs to unpack yourself); {_files(len(out.members))} kept")
     except OSError as exc:  # the scratch folder is full or unwritable: what was copied is still read
         problems.append(f"{shown}: could not copy its files out ({_reason(exc)}); "
                         f"{len(out.members)} read before it are kept")
@@ -208,7 +259,7 @@ def _zip(path: Path, out: _Out, problems: list[str]) -> None:
                 if len(out.members) > before:
                     out.drop_last()
                 problems.append(f"{out.shown}: {info.filename} skipped ({_reason(exc)})")
-            except OSError:  # writing the copy failed: expand() says so
+            except (OSError, TooBig):  # writing the copy failed, or the archive expands too far: expand() says so
                 raise
             except Exception as exc:  # a damaged member: bad CRC, zlib.error, lzma.LZMAError ...
                 problems.append(f"{out.shown}: {info.filename} is damaged ({_reason(exc)}); what was read is kept")

@@ -193,3 +193,31 @@ def test_control_characters_in_file_and_member_names_never_reach_the_terminal(cl
         if fmt == "json":
             (name,) = [i["name"] for i in json.loads(r.out)["inputs"]]
             assert name.endswith(("/rank0\\x07.log", "/rank1.log")), name  # BEL escaped; an OSC title cut
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar.gz"])
+def test_an_archive_that_expands_far_past_its_size_is_cut_and_says_so(cli, tmp_path, monkeypatch, kind):
+    from gpudoctor.engine import archives
+
+    monkeypatch.setattr(archives, "MIN_CAP", 1 << 20)  # 1 MiB, so that a 24 MiB member of zeros passes it
+    zeros, port = b"\0" * (24 << 20), b"RuntimeError: Address already in use\n"
+    path = tmp_path / f"bomb.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("rank0.log", zeros)
+            z.writestr("rank1.log", port)
+    else:
+        with tarfile.open(path, "w:gz") as tar:
+            for name, data in (("rank0.log", zeros), ("rank1.log", port)):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    assert path.stat().st_size < 100 << 10
+    seen = []
+    real_open = archives._Out.open
+    monkeypatch.setattr(archives._Out, "open", lambda self, name: seen.append(self) or real_open(self, name))
+    res = cli("diagnose", "--no-color", str(path))
+    assert "expand past" in res.err and "rank0.log is cut there" in res.err, res.err
+    assert "D4" not in res.out  # rank1.log, after the cut, was skipped
+    cap = max(archives.MIN_CAP, archives.RATIO * path.stat().st_size)
+    assert sum(p.stat().st_size for p in seen[0].folder.iterdir()) <= cap < 24 << 20
