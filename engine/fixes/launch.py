@@ -213,11 +213,32 @@ def rewrite(cmd: str, how: str, facts: dict) -> tuple[str, list[str]]:
         while lead < len(words) and "=" in words[lead] and words[lead].split("=", 1)[0].isidentifier():
             lead += 1
         words = words[:lead] + launch.wrapper + words[lead:]
-    new = shlex.join(words)
+    new = shell_join(words)
     check(new, launch, words)
-    if new == shlex.join(shlex.split(cmd)):
+    if new == shell_join(shlex.split(cmd)):
         raise NotApplicable(f"--cmd is already in the {how} form")
     return new, notes
+
+
+# a word the shell must expand as the user meant it ($VAR, ${VAR}, ~/x, a glob): printed bare when it holds nothing
+# else that needs quoting, in double quotes (which keep $ and $(...) live) when it does
+_EXPANDS = re.compile(r"[\w@%+=:,./~*?\[\]{}$-]+")
+
+
+def shell_word(word: str) -> str:
+    quoted = shlex.quote(word)
+    if quoted == word or not ("$" in word or word.startswith("~") or "=~" in word or any(c in word for c in "*?[")):
+        return quoted
+    if _EXPANDS.fullmatch(word) and "$(" not in word:
+        return word
+    if "$" in word and not any(c in word for c in '"\\`'):
+        return f'"{word}"'
+    return quoted
+
+
+def shell_join(words: list[str]) -> str:
+    """The words as one command line, the user's variables, ~ and globs left for the shell to expand."""
+    return " ".join(shell_word(w) for w in words)
 
 
 def check(new: str, original: Launch, words: list[str]) -> None:

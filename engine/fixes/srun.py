@@ -91,9 +91,18 @@ def srun_per_node(launch, facts: dict, notes: list[str]) -> list[str]:
         raise NotApplicable(f"{launch.launcher} alone starts one process: srun it once per GPU instead")
     launch.wrapper = ["srun", "--ntasks-per-node=1"]
     notes.append("in a SLURM batch script: srun starts this command once on every node of the job")
-    if launch.launcher == "torchrun" and not launch.option("--rdzv-endpoint", "--master-addr"):
-        notes.append("give torchrun --nnodes=$SLURM_NNODES --rdzv-backend=c10d --rdzv-endpoint=HEAD:29400, HEAD being "
-                     "the first node: $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)")
+    if launch.launcher == "torchrun" and (launch.option("--standalone") is not None
+                                          or not launch.option("--rdzv-endpoint", "--master-addr")):
+        # each node's torchrun would make its own rendezvous: meet at the first node's instead
+        from gpudoctor.engine.fixes.launch import _TORCHRUN_RDZV, _env, _kept, _script_words
+
+        port = facts.get("rdzv_port") or 29400
+        nproc = facts.get("nproc") or launch.option("--nproc-per-node") or "gpu"
+        notes.append("set HEAD_NODE first, in the batch script: "
+                     "HEAD_NODE=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)")
+        return [*_env(launch), "torchrun", "--nnodes=$SLURM_NNODES", f"--nproc-per-node={nproc}",
+                "--rdzv-id=$SLURM_JOB_ID", "--rdzv-backend=c10d", f"--rdzv-endpoint=$HEAD_NODE:{port}",
+                *_kept(launch, "torchrun", _TORCHRUN_RDZV), *_script_words(launch, "torchrun")]
     return _same(launch)
 
 

@@ -143,9 +143,13 @@ def test_d27_under_srun_one_launcher_per_node():
 
 def test_d2_in_a_batch_script_srun_starts_the_launcher_on_every_node():
     new, notes = rewrite("NCCL_DEBUG=INFO torchrun --nnodes=2 --nproc-per-node=8 t.py", "srun-per-node", {})
-    assert _words(new) == ["NCCL_DEBUG=INFO", "srun", "--ntasks-per-node=1", "torchrun", "--nnodes=2",
-                           "--nproc-per-node=8", "t.py"]
-    assert any("scontrol show hostnames" in n for n in notes)  # no rendezvous endpoint given: say where to meet
+    # no rendezvous endpoint: every node's torchrun would wait alone, so they meet at the first node's
+    assert _words(new) == ["NCCL_DEBUG=INFO", "srun", "--ntasks-per-node=1", "torchrun", "--nnodes=$SLURM_NNODES",
+                           "--nproc-per-node=8", "--rdzv-id=$SLURM_JOB_ID", "--rdzv-backend=c10d",
+                           "--rdzv-endpoint=$HEAD_NODE:29400", "t.py"]
+    assert "--nnodes=$SLURM_NNODES" in new.split() and any("scontrol show hostnames" in n for n in notes)
+    kept, _ = rewrite("torchrun --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=n1:29400 t.py", "srun-per-node", {})
+    assert _words(kept)[2:] == ["torchrun", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=n1:29400", "t.py"]
     with pytest.raises(NotApplicable, match="already runs under srun"):
         rewrite("srun --ntasks-per-node=1 torchrun t.py", "srun-per-node", {})
     with pytest.raises(FixError, match="needs a value"):
@@ -161,6 +165,30 @@ def test_awkward_arguments_survive_the_round_trip(cmd, how):
     new, _ = rewrite(cmd, how, {"free_port": 30001})
     assert parse_launch(new).args == parse_launch(cmd).args
     assert shlex.split(new)[-len(parse_launch(cmd).args):] == parse_launch(cmd).args
+
+
+@pytest.mark.parametrize("word, shown", [
+    ("--nproc-per-node=$NGPUS", "--nproc-per-node=$NGPUS"),
+    ("${OUT}/run", "${OUT}/run"),
+    ("~/data/*.jsonl", "~/data/*.jsonl"),
+    ("$(whoami)", '"$(whoami)"'),
+    ("$OUT dir", '"$OUT dir"'),
+    ("a b", "'a b'"),
+    ("x;y", "'x;y'"),
+    ("$x;rm", '"$x;rm"'),
+    ('"$x"', "'\"$x\"'"),
+])
+def test_the_users_shell_words_are_left_for_the_shell(word, shown):
+    from gpudoctor.engine.fixes.launch import shell_word
+
+    assert shell_word(word) == shown
+    assert shlex.split(shown) == [word]  # the same word, whatever the shell then makes of it
+
+
+def test_a_rewritten_command_keeps_variables_and_globs_live():
+    new, _ = rewrite("torchrun --master-port=29500 --nproc-per-node=$NGPUS train.py --out $OUT --data ~/d/*.jsonl",
+                     "free-port", {"free_port": 30001})
+    assert "--nproc-per-node=$NGPUS" in new.split() and "$OUT" in new.split() and "~/d/*.jsonl" in new.split()
 
 
 @pytest.mark.parametrize("cmd, message", [
