@@ -29,6 +29,10 @@ def _outer_collectives(node, helpers) -> list[cst.Call]:
     return [c for c in found if not any(o is not c and any(x is c for x in h.calls(o)) for o in found)]
 
 
+def _names(node) -> set[str]:
+    return {n.value for n in h.m.findall(node, h.m.Name())}
+
+
 def _assigned(node) -> set[str]:
     return {h.dotted(t.target) for t in h.m.findall(node, h.m.AssignTarget())} - {""}
 
@@ -47,11 +51,18 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
             if not found:
                 kept.append(s)
                 continue
-            # statements of the branch this one reads from must run on every rank too
-            needed = {n.value for n in h.m.findall(s, h.m.Name())}
-            for k in [k for k in kept if _assigned(k) & needed]:
+            # statements of the branch this one reads from must run on every rank too, and so must the ones they
+            # read from in turn (acc = evaluate(); t = tensor([acc]); all_reduce(t): both lines go)
+            needed, pulled = _names(s), []
+            for k in reversed(kept):
+                if _assigned(k) & needed:
+                    pulled.append(k)
+                    needed |= _names(k)
+            for k in reversed(pulled):
                 kept.remove(k)
                 before.append(k)
+                notes.append(f"also moved what the collective reads, which every rank now runs: "
+                             f"{h.code(k).strip().splitlines()[0]}")
             moved.append(h.code(found[0]).split("(")[0])
             if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1:
                 small = s.body[0]
