@@ -163,4 +163,4 @@ def test_a_byte_order_mark_is_kept(tmp_path):
     plan = plan_fix(load_catalog(use_cache=False), "MN3", script=str(path))
     apply_plan(plan, state_dir=tmp_path / "s")
     data = path.read_bytes()
-    assert data.startswith(b"\xef\xbb\xbf") and b"timeout=timedelta(minutes=30)" in data
+    assert data.startswith(b"\xef\xbb\xbf") and b"timeout=timedelta(minutes=10)" in data

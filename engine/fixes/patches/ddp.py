@@ -112,7 +112,7 @@ def sync_batchnorm(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
 
 def init_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     module = h.parse(text, path)
-    minutes = int(facts.get("timeout_minutes") or 30)
+    minutes = int(facts.get("timeout_minutes") or 10)
     names = h.imported_names(module)
     timedelta = "timedelta" if "timedelta" in names or "datetime" not in names else "datetime.timedelta"
     changed = []
@@ -128,8 +128,10 @@ def init_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
         raise NotApplicable(f"{path}: no init_process_group(...) call without timeout=")
     if timedelta == "timedelta":
         module = h.add_import(module, "from datetime import timedelta", "timedelta")
-    return module.code, [f"a collective now fails after {minutes} minutes instead of the backend's default "
-                         "(give --param timeout_minutes=N to choose); keep TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]
+    return module.code, [f"a collective now fails after {minutes} minutes whatever the release and backend (NCCL's "
+                         "default is 10 minutes since torch 2.2, 30 before it and for gloo); give --param "
+                         "timeout_minutes=N for collectives that legitimately take longer; keep "
+                         "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]
 
 
 def trainer_ddp_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
