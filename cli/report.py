@@ -14,6 +14,11 @@ def _secret_patterns():
         (re.compile(r"(?i)\b(bearer|token)\s+[A-Za-z0-9._~+/=-]{12,}"), r"\1 <redacted>"),
         (re.compile(r"(?i)([A-Za-z0-9_]*(?:token|secret|passwd|password|api[_-]?key|access[_-]?key|auth)[A-Za-z0-9_]*"
                     r"[\"']?\s*[=:]\s*[\"']?)[^\s\"',;]+"), r"\1<redacted>"),
+        # DB_PASS=x, SMTP_PASSWD: x (pass on its own, or after an underscore: not "passes=3" or "bypass=1")
+        (re.compile(r"(?i)(\b(?:[A-Za-z0-9]+_)*pass(?:wd)?[\"']?\s*[=:]\s*[\"']?)[^\s\"',;]+"), r"\1<redacted>"),
+        # a secret given as a flag's next word: --password x, --api-key x, --wandb_key x, -p is left alone
+        (re.compile(r"(?i)(--[A-Za-z0-9_-]*(?:token|secret|passw(?:or)?d|pass|api[_-]?key|access[_-]?key|[_-]key|auth)"
+                    r"[A-Za-z0-9_-]*\s+[\"']?)(?!-)[^\s\"',;]+"), r"\1<redacted>"),
         (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1<redacted>@"),
         ]
 

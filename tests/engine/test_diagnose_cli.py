@@ -192,3 +192,18 @@ def test_pickled_dumps_read_the_same_as_json(cli_proc):
                                   str(FLIGHT / "missing_rank" / "nccl_trace_rank_2"),
                                   str(FLIGHT / "missing_rank" / "nccl_trace_rank_3"), "--json").out)
     assert pickled["findings"][0]["id"] == "D19"
+
+
+@pytest.mark.parametrize("secret, kept", [
+    ("--password hunter2", "--password <redacted>"),
+    ("--api-key 8f3a9c2b7d1e4f60a5b3c9d8e7f6a1b2", "--api-key <redacted>"),
+    ("--wandb_key 0123456789abcdef0123456789abcdef01234567", "--wandb_key <redacted>"),
+    ("export DB_PASS=hunter6", "export DB_PASS=<redacted>"),
+    ("--token abc123secretvalue", "--token <redacted>"),
+    ("--password=hunter3", "--password=<redacted>"),
+])
+def test_markdown_redacts_every_spelling_of_a_secret(cli_proc, secret, kept):
+    log = PORT.rstrip(b"\n") + f" {secret} --nproc-per-node 8 passes=3\n".encode()
+    r = cli_proc("diagnose", "--format", "markdown", input=log)
+    assert kept in r.out and secret.split("=")[-1].split()[-1] not in r.out, r.out
+    assert "--nproc-per-node 8 passes=3" in r.out  # ordinary flags and words stay
