@@ -158,15 +158,19 @@ def apply_plan(plan: FixPlan, *, unsafe: bool = False, state_dir=None) -> ApplyR
 
 def _new_journal(base) -> Path:
     root = state_dir(base) / "journal"
-    root.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    for n in range(1000):
-        path = root / f"{stamp}-{n:03d}"
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for n in range(1000):
+            path = root / f"{stamp}-{n:03d}"
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                continue
+    except OSError as exc:  # a read-only or full home, a state folder someone else owns
+        raise FixError(f"{root}: cannot create the undo journal ({exc.strerror or exc}); nothing was written. "
+                       "Point GPUDOCTOR_STATE_DIR at a folder you can write to") from None
     raise FixError(f"{root}: cannot create an undo journal")
 
 

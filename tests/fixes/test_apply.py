@@ -164,3 +164,14 @@ def test_a_byte_order_mark_is_kept(tmp_path):
     apply_plan(plan, state_dir=tmp_path / "s")
     data = path.read_bytes()
     assert data.startswith(b"\xef\xbb\xbf") and b"timeout=timedelta(minutes=10)" in data
+
+
+def test_a_state_folder_that_cannot_be_made_is_a_clear_error_and_nothing_is_written(cli_proc, tmp_path):
+    source = (Path(__file__).resolve().parent.parent / "data" / "fixes" / "MN3" / "no_timeout.py").read_bytes()
+    script = tmp_path / "t.py"
+    script.write_bytes(source)
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the state folder would go\n")
+    r = cli_proc("fix", "MN3", "--script", str(script), "--apply", env={"GPUDOCTOR_STATE_DIR": str(blocked / "s")})
+    assert r.code == 2 and "GPUDOCTOR_STATE_DIR" in r.err and "internal error" not in r.err, r.err
+    assert script.read_bytes() == source
