@@ -153,7 +153,18 @@ def _walk(root: Path, given: str, problems: list[str]) -> list[Path]:
 
     for folder, dirs, files in os.walk(root, onerror=complain):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        found += [Path(folder) / f for f in files if not f.startswith(".")]
+        for name in files:
+            if name.startswith("."):
+                continue
+            path = Path(folder) / name
+            try:
+                mode = path.stat().st_mode
+            except OSError:
+                mode = 0  # a dangling link or a file that went away: reading it names the problem
+            if mode and not stat.S_ISREG(mode):  # a named pipe would block the walk until something wrote to it
+                problems.append(f"{path}: skipped, not a regular file (a named pipe, socket or device)")
+                continue
+            found.append(path)
     return sorted(found, key=_natural)
 
 

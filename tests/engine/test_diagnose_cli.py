@@ -207,3 +207,13 @@ def test_markdown_redacts_every_spelling_of_a_secret(cli_proc, secret, kept):
     r = cli_proc("diagnose", "--format", "markdown", input=log)
     assert kept in r.out and secret.split("=")[-1].split()[-1] not in r.out, r.out
     assert "--nproc-per-node 8 passes=3" in r.out  # ordinary flags and words stay
+
+
+def test_a_named_pipe_in_a_log_folder_is_skipped_not_waited_on(cli_proc, tmp_path):
+    import os
+
+    (tmp_path / "rank0.log").write_bytes(PORT)
+    os.mkfifo(tmp_path / "tee.pipe")  # nothing ever writes to it: opening it would block for ever
+    r = cli_proc("diagnose", str(tmp_path), env={"NO_COLOR": "1"})
+    assert r.code == 0 and "D4" in r.out
+    assert "tee.pipe: skipped, not a regular file" in r.err
