@@ -115,6 +115,31 @@ def _ruled_out(entry: str, rule: str, file: str, line_no: int, line: str, note: 
     return [Verdict(entry, rule, (Evidence(file, line_no, line, rule),), rule_out=True, note=note)]
 
 
+# the caching allocator's OOM names the device: "GPU 2 has a total capacity of" (torch 2.1+), "(GPU 2; 79.14 GiB
+# total capacity" (1.x-2.0)
+_OOM_GPU = _lazy(r"CUDA out of memory\. Tried to allocate .{0,40}?(?:GPU (\d+) has a total capacity|\(GPU (\d+);)")
+
+
+def oom_on_own_gpu_rule(text: str, file: str) -> list[Verdict]:
+    """Rank N out of memory on GPU N (N above 0): that rank has a GPU of its own, so the ranks did not all land on one
+    device: D3 is ruled out. A hard-coded index would put every rank on the same GPU, which rank N's GPU N is not."""
+    if "out of memory" not in text or "GPU" not in text:
+        return []
+    from gpudoctor.engine.prefix import parse_prefix
+
+    for line_no, line in enumerate(text.splitlines(), 1):
+        m = _OOM_GPU.search(line)
+        if m is None:
+            continue
+        gpu = int(m.group(1) or m.group(2))
+        rank = parse_prefix(line).rank
+        if gpu > 0 and rank == gpu:
+            return _ruled_out("D3", "rule:oom-on-own-gpu", file, line_no, line,
+                              f"not D3: line {line_no} shows rank {rank} out of memory on GPU {gpu}, its own GPU, so the "
+                              f"ranks are not all on one device")
+    return []
+
+
 def device_rules(text: str, file: str) -> list[Verdict]:
     return two_gpus_one_process_rule(text, file) + multi_device_module_rule(text, file) + \
-        model_internal_tensor_rule(text, file)
+        model_internal_tensor_rule(text, file) + oom_on_own_gpu_rule(text, file)

@@ -216,3 +216,15 @@ def test_a_guess_says_how_to_confirm_it_and_a_witnessed_run_does_not(cli_proc, t
     assert all(len(line) <= 80 for line in r.out.splitlines())
     r = cli_proc("diagnose", str(log), "--script", str(CLEAN_SCRIPT))
     assert "To confirm one" not in r.out
+
+
+def test_rank_n_out_of_memory_on_gpu_n_is_not_d3_even_with_a_set_device_rank_script(catalog, tmp_path):
+    # rank 2 on GPU 2 has a GPU of its own: a script that picks the device by RANK is harmless on one node
+    own_gpu = CRASH.replace("[rank0]", "[rank2]").replace("GPU 0 has", "GPU 2 has")
+    alone = _diagnose(catalog, tmp_path, own_gpu)
+    assert "D3" not in [f.id for f in alone.findings]
+    both = corroborate(alone, _witnesses(D3_SCRIPT), catalog)
+    assert "D3" not in [f.id for f in both.findings if f.tier == "match"]
+    assert any("the script also shows D3" in n for n in both.notes)
+    on_gpu0 = _diagnose(catalog, tmp_path, CRASH.replace("[rank0]", "[rank2]"))  # rank 2 on GPU 0: D3 stays open
+    assert "D3" in [f.id for f in on_gpu0.findings]
