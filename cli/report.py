@@ -200,9 +200,12 @@ def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
             out.write("    " + ln)
         if f.id in diagnosis.probe_results:
             for res in diagnosis.probe_results[f.id]:
+                status = res.status.value
+                if status == "ruled_out" and f.id not in (res.entries or ()):
+                    status = "nothing"  # healthy here and now, which says nothing about what the log shows
                 word = {"confirmed": "confirmed", "ruled_out": "ruled out", "inconclusive": "unclear",
-                        "skipped": "skipped", "errored": "error"}[res.status.value]
-                style = {"confirmed": "fail", "ruled_out": "ok"}.get(res.status.value, "dim")
+                        "skipped": "skipped", "errored": "error", "nothing": "nothing found now"}[status]
+                style = {"confirmed": "fail", "ruled_out": "ok"}.get(status, "dim")
                 out.write("    " + out.style(f"probe {res.probe}: {word}", style) + " " +
                           fit(sanitize(res.summary), max(20, w - 18 - len(res.probe) - len(word))))
         elif f.probes:

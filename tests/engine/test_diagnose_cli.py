@@ -217,3 +217,12 @@ def test_a_named_pipe_in_a_log_folder_is_skipped_not_waited_on(cli_proc, tmp_pat
     r = cli_proc("diagnose", str(tmp_path), env={"NO_COLOR": "1"})
     assert r.code == 0 and "D4" in r.out
     assert "tee.pipe: skipped, not a regular file" in r.err
+
+
+def test_a_healthy_probe_does_not_claim_to_rule_out_the_failure_the_log_shows(cli_proc):
+    # the example's rank 2 ran out of memory (D20); a fast all_reduce here now says nothing against that
+    r = cli_proc("diagnose", "--probe", str(Path(__file__).resolve().parents[2] / "examples" / "rank-crash-then-timeout"),
+                 env={"NO_COLOR": "1", "COLUMNS": "80"}, timeout=180)
+    assert r.code == 0 and "D20" in r.out, r.err
+    block = r.out.split(" D20 ", 1)[1].split("more: gpudoctor show D20", 1)[0]
+    assert "probe collectives: nothing found now" in block and "ruled out" not in block
