@@ -79,6 +79,13 @@ def probe_options(args) -> dict:
     }
     if args.nproc is not None and args.nproc < 1:
         raise UserError("--nproc must be at least 1")
+    for flag, value in (("--timeout", args.timeout), ("--pg-timeout", args.pg_timeout)):
+        if value is not None and not value > 0:  # NaN too
+            raise UserError(f"{flag} must be a number of seconds above 0, not {value:g}")
+    if args.grad_accum is not None and args.grad_accum < 1:
+        raise UserError("--grad-accum must be at least 1")
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UserError(f"--port must be between 1 and 65535, not {args.port}")
     return {k: v for k, v in options.items() if v is not None}
 
 

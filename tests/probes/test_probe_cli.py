@@ -84,6 +84,18 @@ def test_usage_errors(cli):
     assert res.code == 2
 
 
+@pytest.mark.parametrize("argv, words", [
+    (("check", "--timeout", "-5"), "--timeout must be a number of seconds above 0"),
+    (("probe", "port", "--timeout", "0"), "--timeout must be a number of seconds above 0"),
+    (("probe", "timeouts", "--pg-timeout", "nan"), "--pg-timeout must be"),
+    (("probe", "port", "--port", "70000"), "--port must be between 1 and 65535"),
+    (("probe", "launchers", "--grad-accum", "0"), "--grad-accum must be at least 1"),
+])
+def test_out_of_range_numbers_are_usage_errors_before_any_probe_runs(cli, argv, words):
+    res = cli(*argv)
+    assert res.code == 2 and words in res.err and res.out == ""
+
+
 def test_list(cli):
     res = cli("probe", "--list")
     assert res.code == 0 and len(res.out.splitlines()) == len(registry.PROBES)
