@@ -48,8 +48,11 @@ def run(args, out) -> int:
     title_w = max(20, out.width - 6 - 1 - 12 - 1 - 4 - 1)
     out.write(out.style(f"{'ID':<6} {'SECTION':<12} {'LOG':<4} TITLE", "bold"))
     for e in entries:
-        mark = "user" if e.origin == "user" else ("yes" if e.log_visibility == "shows" else "-")
+        mark = "yes" if e.log_visibility == "shows" else "-"
+        ident = e.id + ("*" if e.origin == "user" else "")
         section = fit(e.section, 12)
-        out.write(f"{out.style(f'{e.id:<6}', 'id')} {section:<12} {mark:<4} {fit(e.title, title_w)}")
+        out.write(f"{out.style(f'{ident:<6}', 'id')} {section:<12} {mark:<4} {fit(e.title, title_w)}")
+    if any(e.origin == "user" for e in entries):
+        out.write(out.style("* from your own runbooks (--kb, GPUDOCTOR_KB)", "dim"))
     out.write(out.style(f"{len(entries)} entries · gpudoctor show ID for one", "dim"))
     return 0

@@ -153,3 +153,15 @@ def test_closed_pipe_keeps_every_commands_exit_code():
         err = io.StringIO()
         assert main(argv, stdout=_ClosedAfter(), stderr=err) == code, (argv, err.getvalue())
         assert "Traceback" not in err.getvalue()
+
+
+def test_list_marks_a_users_runbook_and_still_says_whether_a_log_shows_it(cli, tmp_path):
+    (tmp_path / "U3.yaml").write_text(
+        "id: U3\ntitle: Our cluster's scratch is full\nsection: user\nsummary: The scratch fills up.\n"
+        "symptoms: [No space left on device]\ncause: Scratch full.\nfix:\n  - text: Clean scratch.\n"
+        "fix_summary: Clean scratch.\nlog_visibility: shows\n", encoding="utf-8")
+    r = cli("list", "--no-color", "--kb", str(tmp_path))
+    row = next(line for line in r.out.splitlines() if line.startswith("U3"))
+    assert row.split()[:3] == ["U3*", "user", "yes"]
+    assert "* from your own runbooks" in r.out
+    assert "*" not in next(line for line in r.out.splitlines() if line.startswith("D1 "))
