@@ -156,7 +156,7 @@ def test_closed_pipe_keeps_every_commands_exit_code():
 
 
 def test_list_marks_a_users_runbook_and_still_says_whether_a_log_shows_it(cli, tmp_path):
-    (tmp_path / "U3.yaml").write_text(
+    (tmp_path / "U3-scratch.yaml").write_text(
         "id: U3\ntitle: Our cluster's scratch is full\nsection: user\nsummary: The scratch fills up.\n"
         "symptoms: [No space left on device]\ncause: Scratch full.\nfix:\n  - text: Clean scratch.\n"
         "fix_summary: Clean scratch.\nlog_visibility: shows\n", encoding="utf-8")
