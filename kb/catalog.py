@@ -256,7 +256,7 @@ def build_catalog(roots: list[tuple[Path, bool]]) -> Catalog:
             try:
                 entry = load_file(path, display, origin="builtin" if builtin else "user")
             except KBError as exc:
-                problems.append(str(exc))
+                problems.extend(str(e) for e in exc.all())
                 continue
             previous = entries.get(entry.id)
             if previous is not None and previous.origin == entry.origin == "builtin":

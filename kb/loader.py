@@ -40,7 +40,11 @@ class KBError(Exception):
 
     def __init__(self, source: str, where: str, message: str):
         self.source, self.where, self.message = source, where, message
+        self.more: list[KBError] = []  # the file's other problems, found in the same pass
         super().__init__(f"{source}: {where}: {message}" if where else f"{source}: {message}")
+
+    def all(self) -> list[KBError]:
+        return [self, *self.more]
 
 
 def _yaml_load(text: str) -> Any:
@@ -55,9 +59,28 @@ class _Checker:
 
     def __init__(self, source: str):
         self.source = source
+        self.problems: list[KBError] = []  # problems noted so far; parsing goes on to find the others
 
     def fail(self, where: str, message: str) -> KBError:
         return KBError(self.source, where, message)
+
+    def note(self, where: str, message: str) -> None:
+        self.problems.append(self.fail(where, message))
+
+    def soft(self, parse, default):
+        """parse(), or the default once its problem is noted."""
+        try:
+            return parse()
+        except KBError as exc:
+            self.problems.append(exc)
+            return default
+
+    def done(self) -> None:
+        """Raise the first problem noted, carrying the others."""
+        if self.problems:
+            first = self.problems[0]
+            first.more = self.problems[1:]
+            raise first
 
     def text(self, value: Any, where: str, *, allow_empty: bool = False) -> str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -108,87 +131,102 @@ def parse_entry(data: Any, source: str, *, origin: str = "builtin") -> Entry:
         raise c.fail("", f"expected a mapping of fields at the top level, got {_kind(data)}")
     for key in data:
         if key not in _FIELDS:
-            raise c.fail(str(key), "unknown field (see kb/SCHEMA.md)")
-    for key in _REQUIRED:
-        if key not in data or data[key] is None:
-            raise c.fail(key, "missing required field")
+            c.note(str(key), "unknown field (see kb/SCHEMA.md)")
+    missing = [key for key in _REQUIRED if key not in data or data[key] is None]
+    for key in missing:
+        c.note(key, "missing required field")
+    data = {**{key: "-" for key in missing}, **{k: v for k, v in data.items() if k not in missing}}
+    if "symptoms" in missing or "fix" in missing:
+        data = {**data, **{k: [] for k in ("symptoms", "fix") if k in missing}}
 
-    entry_id = c.text(data["id"], "id")
-    if not ID_RE.match(entry_id):
-        raise c.fail("id", f"{entry_id!r} is not an id like D8 or MN3 (capital letters then digits)")
-    section = c.text(data["section"], "section")
-    if section not in SECTIONS:
-        raise c.fail("section", f"unknown section {section!r} (expected one of: {', '.join(SECTIONS)})")
-    symptoms = c.texts(data["symptoms"], "symptoms")
-    if not symptoms:
-        raise c.fail("symptoms", "needs at least one symptom")
-    visibility = c.text(data["log_visibility"], "log_visibility")
-    if visibility not in ("shows", "never"):
-        raise c.fail("log_visibility", f"expected 'shows' or 'never', got {visibility!r}")
-    note = c.text(data.get("log_visibility_note") or "", "log_visibility_note", allow_empty=True)
+    entry_id = c.soft(lambda: c.text(data["id"], "id"), "X0")
+    if "id" not in missing and not ID_RE.match(entry_id):
+        c.note("id", f"{entry_id!r} is not an id like D8 or MN3 (capital letters then digits)")
+    section = c.soft(lambda: c.text(data["section"], "section"), SECTIONS[0])
+    if "section" not in missing and section not in SECTIONS:
+        c.note("section", f"unknown section {section!r} (expected one of: {', '.join(SECTIONS)})")
+    symptoms = c.soft(lambda: c.texts(data["symptoms"], "symptoms"), ("-",))
+    if not symptoms and "symptoms" not in missing:
+        c.note("symptoms", "needs at least one symptom")
+    visibility = c.soft(lambda: c.text(data["log_visibility"], "log_visibility"), "shows")
+    if "log_visibility" not in missing and visibility not in ("shows", "never"):
+        c.note("log_visibility", f"expected 'shows' or 'never', got {visibility!r}")
+    note = c.soft(lambda: c.text(data.get("log_visibility_note") or "", "log_visibility_note", allow_empty=True), "")
     if visibility == "never" and not note:
-        raise c.fail("log_visibility_note", "an entry that never shows in a log must say why")
+        c.note("log_visibility_note", "an entry that never shows in a log must say why")
 
     steps = []
-    for i, raw in enumerate(c.items(data["fix"], "fix")):
+    for i, raw in enumerate(c.soft(lambda: c.items(data["fix"], "fix"), [])):
         where = f"fix[{i}]"
-        raw = c.mapping(raw, where, {"text", "code", "lang"}, ("text",))
-        code = raw.get("code")
-        steps.append(
-            FixStep(
-                text=c.text(raw["text"], f"{where}.text"),
-                code=c.text(code, f"{where}.code").rstrip() if code is not None else None,
-                lang=c.text(raw["lang"], f"{where}.lang") if raw.get("lang") is not None else None,
-            )
-        )
-    if not steps:
-        raise c.fail("fix", "needs at least one step")
+        step = c.soft(lambda raw=raw, where=where: _fix_step(c, raw, where), None)
+        if step is not None:
+            steps.append(step)
+    if not steps and "fix" not in missing and not any(p.where.startswith("fix[") for p in c.problems):
+        c.note("fix", "needs at least one step")
 
-    signatures = _parse_signatures(c, data.get("signatures"))
+    signatures = c.soft(lambda: _parse_signatures(c, data.get("signatures")), ())
     if signatures and visibility == "never":
-        raise c.fail("signatures", "an entry with log_visibility: never cannot have signatures")
+        c.note("signatures", "an entry with log_visibility: never cannot have signatures")
 
-    fix_actions = _parse_fix_actions(c, data.get("fix_actions"))
-    fix_for = _parse_fix_for(c, data.get("fix_for"), signatures, len(steps), fix_actions)
+    fix_actions = c.soft(lambda: _parse_fix_actions(c, data.get("fix_actions")), ())
+    fix_for = c.soft(lambda: _parse_fix_for(c, data.get("fix_for"), signatures, len(steps), fix_actions), ())
+    texts = {k: c.soft(lambda k=k: c.text(data[k], k), "-") for k in ("title", "summary", "cause", "fix_summary")
+             if k not in missing}
+    lists = {k: c.soft(lambda k=k: c.texts(data.get(k), k), ()) for k in
+             ("error_strings", "keywords", "paraphrases", "probes", "explains")}
+    related = c.soft(lambda: tuple(
+        Related(id=c.text(r["id"], f"related[{i}].id").upper(), why=c.text(r["why"], f"related[{i}].why"))
+        for i, r in enumerate(
+            c.mapping(r, f"related[{i}]", {"id", "why"}, ("id", "why"))
+            for i, r in enumerate(c.items(data.get("related"), "related"))
+        )
+    ), ())
+    see_also = c.soft(lambda: tuple(
+        Pointer(topic=c.text(p["topic"], f"see_also[{i}].topic"), note=c.text(p["note"], f"see_also[{i}].note"))
+        for i, p in enumerate(
+            c.mapping(p, f"see_also[{i}]", {"topic", "note"}, ("topic", "note"))
+            for i, p in enumerate(c.items(data.get("see_also"), "see_also"))
+        )
+    ), ())
+    references = c.soft(lambda: tuple(
+        _reference(c, r, i) for i, r in enumerate(c.items(data.get("references"), "references"))
+    ), ())
+    c.done()
 
     return Entry(
         id=entry_id,
-        title=c.text(data["title"], "title"),
+        title=texts["title"],
         section=section,
-        summary=c.text(data["summary"], "summary"),
+        summary=texts["summary"],
         symptoms=symptoms,
-        cause=c.text(data["cause"], "cause"),
-        fix_summary=c.text(data["fix_summary"], "fix_summary"),
+        cause=texts["cause"],
+        fix_summary=texts["fix_summary"],
         fix=tuple(steps),
         log_visibility=visibility,
         log_visibility_note=note,
-        error_strings=c.texts(data.get("error_strings"), "error_strings"),
-        keywords=c.texts(data.get("keywords"), "keywords"),
-        paraphrases=c.texts(data.get("paraphrases"), "paraphrases"),
+        error_strings=lists["error_strings"],
+        keywords=lists["keywords"],
+        paraphrases=lists["paraphrases"],
         signatures=signatures,
-        probes=c.texts(data.get("probes"), "probes"),
+        probes=lists["probes"],
         fix_actions=fix_actions,
         fix_for=fix_for,
-        related=tuple(
-            Related(id=c.text(r["id"], f"related[{i}].id").upper(), why=c.text(r["why"], f"related[{i}].why"))
-            for i, r in enumerate(
-                c.mapping(r, f"related[{i}]", {"id", "why"}, ("id", "why"))
-                for i, r in enumerate(c.items(data.get("related"), "related"))
-            )
-        ),
-        explains=tuple(x.upper() for x in c.texts(data.get("explains"), "explains")),
-        see_also=tuple(
-            Pointer(topic=c.text(p["topic"], f"see_also[{i}].topic"), note=c.text(p["note"], f"see_also[{i}].note"))
-            for i, p in enumerate(
-                c.mapping(p, f"see_also[{i}]", {"topic", "note"}, ("topic", "note"))
-                for i, p in enumerate(c.items(data.get("see_also"), "see_also"))
-            )
-        ),
-        references=tuple(
-            _reference(c, r, i) for i, r in enumerate(c.items(data.get("references"), "references"))
-        ),
+        related=related,
+        explains=tuple(x.upper() for x in lists["explains"]),
+        see_also=see_also,
+        references=references,
         source=source,
         origin=origin,
+    )
+
+
+def _fix_step(c: _Checker, raw: Any, where: str) -> FixStep:
+    raw = c.mapping(raw, where, {"text", "code", "lang"}, ("text",))
+    code = raw.get("code")
+    return FixStep(
+        text=c.text(raw["text"], f"{where}.text"),
+        code=c.text(code, f"{where}.code").rstrip() if code is not None else None,
+        lang=c.text(raw["lang"], f"{where}.lang") if raw.get("lang") is not None else None,
     )
 
 
@@ -204,80 +242,89 @@ def _reference(c: _Checker, raw: Any, i: int) -> Reference:
 def _parse_signatures(c: _Checker, raw: Any) -> tuple[Signature, ...]:
     out: list[Signature] = []
     seen: set[str] = set()
-    allowed = {"id", "regex", "literal", "derived", "weight", "needs", "after", "min_files", "context", "ignore_case",
-               "provenance"}
     for i, item in enumerate(c.items(raw, "signatures")):
-        where = f"signatures[{i}]"
-        item = c.mapping(item, where, allowed, ("id", "weight"))
-        sig_id = c.text(item["id"], f"{where}.id")
-        if not SLUG_RE.match(sig_id):
-            raise c.fail(f"{where}.id", f"{sig_id!r} should be lower-case words joined by '-'")
-        if sig_id in seen:
-            raise c.fail(f"{where}.id", f"duplicate signature id {sig_id!r}")
-        seen.add(sig_id)
-        kinds = [k for k in ("regex", "literal", "derived") if item.get(k) is not None]
-        if len(kinds) != 1:
-            raise c.fail(where, "give exactly one of 'regex', 'literal' or 'derived'")
-        ignore_case = item.get("ignore_case", False)
-        if not isinstance(ignore_case, bool):
-            raise c.fail(f"{where}.ignore_case", "expected true or false")
-        literal = derived = None
-        caseless, literals = ignore_case, frozenset()
-        if kinds[0] == "derived":
-            derived = c.text(item["derived"], f"{where}.derived")
-            if derived not in DERIVED_SIGNALS:
-                raise c.fail(f"{where}.derived", f"unknown signal {derived!r} (known: {', '.join(DERIVED_SIGNALS)})")
-            pattern = ""
-        else:
-            literal = c.text(item["literal"], f"{where}.literal") if kinds[0] == "literal" else None
-            pattern = re.escape(literal) if literal is not None else c.text(item["regex"], f"{where}.regex")
-            try:
-                compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-            except re.error as exc:
-                raise c.fail(f"{where}.regex", f"invalid regular expression: {exc}") from None
-            from gpudoctor.kb.literals import MIN_LITERAL, required_literals
-
-            caseless = bool(compiled.flags & re.IGNORECASE)
-            literals = required_literals(pattern, caseless)
-            if not literals:
-                raise c.fail(f"{where}.regex", f"needs a literal run of {MIN_LITERAL}+ characters that every "
-                             "match contains (the fast prefilter looks for it)")
-        weight = item["weight"]
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
-            raise c.fail(f"{where}.weight", f"expected a number in (0, 1], got {weight!r}")
-        min_files = item.get("min_files", 1)
-        if isinstance(min_files, bool) or not isinstance(min_files, int) or min_files < 1:
-            raise c.fail(f"{where}.min_files", f"expected a whole number >= 1, got {min_files!r}")
-        context = item.get("context", False)
-        if not isinstance(context, bool):
-            raise c.fail(f"{where}.context", "expected true or false")
-        provenance = _parse_provenance(c, item.get("provenance"), f"{where}.provenance")
-        if provenance and derived:
-            raise c.fail(f"{where}.provenance", "a derived signal has no message template; give provenance only "
-                         "to a regex or literal")
-        out.append(
-            Signature(
-                id=sig_id,
-                pattern=pattern,
-                weight=float(weight),
-                literal=literal,
-                derived=derived,
-                caseless=caseless,
-                literals=tuple(sorted(literals or ())),
-                needs=c.texts(item.get("needs"), f"{where}.needs"),
-                after=c.texts(item.get("after"), f"{where}.after"),
-                min_files=min_files,
-                context=context,
-                ignore_case=ignore_case,
-                provenance=provenance,
-            )
-        )
+        before = len(c.problems)
+        sig = c.soft(lambda i=i, item=item: _parse_signature(c, i, item, seen), None)
+        if sig is not None and len(c.problems) == before:
+            out.append(sig)
     for i, sig in enumerate(out):
         for field_name in ("needs", "after"):
             for j, need in enumerate(getattr(sig, field_name)):
                 if need not in seen or need == sig.id:
-                    raise c.fail(f"signatures[{i}].{field_name}[{j}]", f"unknown signature id {need!r} in this entry")
+                    c.note(f"signatures[{i}].{field_name}[{j}]", f"unknown signature id {need!r} in this entry")
     return tuple(out)
+
+
+_SIGNATURE_FIELDS = {"id", "regex", "literal", "derived", "weight", "needs", "after", "min_files", "context",
+                     "ignore_case", "provenance"}
+
+
+def _parse_signature(c: _Checker, i: int, item: Any, seen: set[str]) -> Signature | None:
+    """One signature; a problem that leaves the rest readable is noted and the others are still looked for."""
+    where = f"signatures[{i}]"
+    item = c.mapping(item, where, _SIGNATURE_FIELDS, ("id", "weight"))
+    sig_id = c.text(item["id"], f"{where}.id")
+    if not SLUG_RE.match(sig_id):
+        c.note(f"{where}.id", f"{sig_id!r} should be lower-case words joined by '-'")
+    if sig_id in seen:
+        c.note(f"{where}.id", f"duplicate signature id {sig_id!r}")
+    seen.add(sig_id)
+    kinds = [k for k in ("regex", "literal", "derived") if item.get(k) is not None]
+    ignore_case = item.get("ignore_case", False)
+    if not isinstance(ignore_case, bool):
+        c.note(f"{where}.ignore_case", "expected true or false")
+        ignore_case = False
+    weight = item["weight"]
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight <= 1:
+        c.note(f"{where}.weight", f"expected a number in (0, 1], got {weight!r}")
+    min_files = item.get("min_files", 1)
+    if isinstance(min_files, bool) or not isinstance(min_files, int) or min_files < 1:
+        c.note(f"{where}.min_files", f"expected a whole number >= 1, got {min_files!r}")
+    context = item.get("context", False)
+    if not isinstance(context, bool):
+        c.note(f"{where}.context", "expected true or false")
+    if len(kinds) != 1:
+        raise c.fail(where, "give exactly one of 'regex', 'literal' or 'derived'")
+    literal = derived = None
+    caseless, literals = ignore_case, frozenset()
+    if kinds[0] == "derived":
+        derived = c.text(item["derived"], f"{where}.derived")
+        if derived not in DERIVED_SIGNALS:
+            raise c.fail(f"{where}.derived", f"unknown signal {derived!r} (known: {', '.join(DERIVED_SIGNALS)})")
+        pattern = ""
+    else:
+        literal = c.text(item["literal"], f"{where}.literal") if kinds[0] == "literal" else None
+        pattern = re.escape(literal) if literal is not None else c.text(item["regex"], f"{where}.regex")
+        try:
+            compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+        except re.error as exc:
+            raise c.fail(f"{where}.regex", f"invalid regular expression: {exc}") from None
+        from gpudoctor.kb.literals import MIN_LITERAL, required_literals
+
+        caseless = bool(compiled.flags & re.IGNORECASE)
+        literals = required_literals(pattern, caseless)
+        if not literals:
+            raise c.fail(f"{where}.regex", f"needs a literal run of {MIN_LITERAL}+ characters that every "
+                         "match contains (the fast prefilter looks for it)")
+    provenance = _parse_provenance(c, item.get("provenance"), f"{where}.provenance")
+    if provenance and derived:
+        raise c.fail(f"{where}.provenance", "a derived signal has no message template; give provenance only "
+                     "to a regex or literal")
+    return Signature(
+        id=sig_id,
+        pattern=pattern,
+        weight=float(weight) if isinstance(weight, (int, float)) else 0.0,
+        literal=literal,
+        derived=derived,
+        caseless=caseless,
+        literals=tuple(sorted(literals or ())),
+        needs=c.texts(item.get("needs"), f"{where}.needs"),
+        after=c.texts(item.get("after"), f"{where}.after"),
+        min_files=min_files,
+        context=context,
+        ignore_case=ignore_case,
+        provenance=provenance,
+    )
 
 
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
