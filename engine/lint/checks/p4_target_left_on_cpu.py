@@ -38,6 +38,15 @@ def loop_names(target: ast.AST) -> list[str]:
     return []
 
 
+def unpacked_first(loop: ast.For) -> list[str]:
+    """The names `for batch in loader:` unpacks on the first line of its body (`inputs, labels = batch`)."""
+    first = loop.body[0] if loop.body else None
+    if (isinstance(loop.target, ast.Name) and isinstance(first, ast.Assign) and len(first.targets) == 1
+            and isinstance(first.value, ast.Name) and first.value.id == loop.target.id):
+        return loop_names(first.targets[0])
+    return []
+
+
 def _is_loss_call(call: ast.Call) -> bool:
     func = call.func
     name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
@@ -46,7 +55,7 @@ def _is_loss_call(call: ast.Call) -> bool:
 
 def left_targets(loop: ast.For):
     """(name, the loss call it reaches unmoved, the move of a sibling) for each batch name a loop leaves on the CPU."""
-    names = loop_names(loop.target)
+    names = loop_names(loop.target) or unpacked_first(loop)
     if len(names) < 2 or not over_batches(loop.iter):
         return
     moves: dict[str, ast.Call] = {}  # name -> its first `name.to(...)` / `name.cuda(...)`
