@@ -135,8 +135,8 @@ def oom_on_own_gpu_rule(text: str, file: str) -> list[Verdict]:
         rank = parse_prefix(line).rank
         if gpu > 0 and rank == gpu:
             return _ruled_out("D3", "rule:oom-on-own-gpu", file, line_no, line,
-                              f"not D3: line {line_no} shows rank {rank} out of memory on GPU {gpu}, its own GPU, so the "
-                              f"ranks are not all on one device")
+                              f"not D3: line {line_no} shows rank {rank} out of memory on GPU {gpu}, its own GPU, "
+                              f"so the ranks are not all on one device")
     return []
 
 

@@ -47,12 +47,14 @@ def evidence_lines(out, result: Result, entry_titles: dict[str, str] | None = No
         if line.startswith("  ") or len(line) <= width:
             lines.append(INDENT + line[:width])
         else:
-            lines += [INDENT + part for part in textwrap.wrap(line, width, subsequent_indent="  ")]
+            lines += [INDENT + part for part in textwrap.wrap(line, width, subsequent_indent="  ",
+                                                              break_on_hyphens=False)]
     if result.entries:
         named = [f"{e} {entry_titles[e]}" if entry_titles and entry_titles.get(e) else e for e in result.entries]
         verb = {Status.CONFIRMED: "confirms", Status.RULED_OUT: "rules out"}.get(result.status, "about")
         text = f"{verb} {'; '.join(named)}"
-        lines += [INDENT + out.style(part, "dim") for part in textwrap.wrap(text, width, subsequent_indent="  ")]
+        lines += [INDENT + out.style(part, "dim") for part in textwrap.wrap(text, width, subsequent_indent="  ",
+                                                                           break_on_hyphens=False)]
     return lines
 
 

@@ -203,7 +203,7 @@ def _wrap(out, text: str, indent: str = "  ") -> None:
 
 def _head(out, prefix: str, styled: str, rest: str) -> None:
     """A wrapped line whose first words are styled (styling after wrapping keeps the width right)."""
-    lines = textwrap.wrap(prefix + rest, width=max(40, out.width), subsequent_indent="  ")
+    lines = textwrap.wrap(prefix + rest, width=max(40, out.width), subsequent_indent="  ", break_on_hyphens=False)
     if lines and lines[0].startswith(prefix):
         lines[0] = styled + lines[0][len(prefix):]
     for line in lines:
@@ -275,7 +275,11 @@ def _render_outcome(plan, result, out) -> None:
     if result is None:
         if any(f.edits for f in plan.fixes):
             extra = " (--unsafe adds the unsafe ones)" if any(f.safety == "unsafe" and f.edits for f in plan.fixes) else ""
-            out.write(f"dry run: nothing written; --apply writes the safe fixes{extra}")
+            import textwrap
+
+            for line in textwrap.wrap(f"dry run: nothing written; --apply writes the safe fixes{extra}",
+                                      max(40, out.width), break_on_hyphens=False):
+                out.write(line)
         return
     for path in result.written:
         out.write(f"{out.style('wrote', 'ok')} {path}")

@@ -112,7 +112,7 @@ def _human(out, findings, result, command: str | None = None) -> None:
         else:  # a long path keeps the header short; the slug leads the message
             out.write(f"{head}{label}")
             message = f"[{f.rule}] {message}"
-        for line in textwrap.wrap(message, width - 2):
+        for line in textwrap.wrap(message, width - 2, break_on_hyphens=False):
             out.write("  " + line)
         if f.path == COMMAND:
             out.write(out.style("    $ ", "dim") + fit(_safe(command), width - 6))
@@ -140,9 +140,11 @@ def _human(out, findings, result, command: str | None = None) -> None:
         files += f" ({failed} could not be checked: see the error{'s' if failed != 1 else ''} below)"
     if findings:
         parts = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
-        out.write(f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({parts}) in {files}")
+        summary = f"{len(findings)} finding{'s' if len(findings) != 1 else ''} ({parts}) in {files}"
     else:
-        out.write(f"no findings in {files}")
+        summary = f"no findings in {files}"
+    for line in textwrap.wrap(summary, max(40, out.width), break_on_hyphens=False):
+        out.write(line)
 
 
 def _with_command(result, args):
@@ -191,6 +193,6 @@ def _list_rules(out, fmt, checks) -> int:
         return 0
     for c in checks:
         out.write(f"{out.style(f'{c.code:<5}', 'id')} {c.slug:<34} {c.severity}")
-        for line in textwrap.wrap(c.summary, min(out.width, 80) - 6):
+        for line in textwrap.wrap(c.summary, min(out.width, 80) - 6, break_on_hyphens=False):
             out.write("      " + out.style(line, "dim"))
     return 0

@@ -56,7 +56,9 @@ def test_exit_2_names_the_unparsable_file_and_lints_the_rest(tmp_path):
     assert any(f["entry_id"] == "D22" for f in payload["findings"])
     text = run(tmp_path, tmp_path / "gone.py")  # the summary counts what was checked and what was not
     assert text.returncode == 2
-    assert text.stdout.strip().splitlines()[-1].endswith("in 1 file (2 could not be checked: see the errors below)")
+    block = text.stdout.strip().split("\n\n")[-1]  # the summary, wrapped to the terminal's width
+    assert " ".join(block.split()).endswith("in 1 file (2 could not be checked: see the errors below)"), text.stdout
+    assert all(len(line) <= 80 for line in block.splitlines())
 
 
 def test_missing_path_and_unknown_rule_are_usage_errors(tmp_path):
