@@ -1,6 +1,7 @@
 """`gpudoctor fix`: an entry's fix as a plan and a diff (a dry run); apply it with --apply, undo with --undo."""
 from __future__ import annotations
 
+import shlex
 import textwrap
 
 from gpudoctor.common import load, print_json
@@ -275,8 +276,6 @@ def _render_outcome(plan, result, out) -> None:
     if result is None:
         if any(f.edits for f in plan.fixes):
             extra = " (--unsafe adds the unsafe ones)" if any(f.safety == "unsafe" and f.edits for f in plan.fixes) else ""
-            import textwrap
-
             for line in textwrap.wrap(f"dry run: nothing written; --apply writes the safe fixes{extra}",
                                       max(40, out.width), break_on_hyphens=False):
                 out.write(line)
@@ -335,5 +334,7 @@ def emit_for_diagnosis(plan, fmt: str, out, payload=None) -> None:
             out.write()
             only = sorted({f.action_id for f in plan.fixes if f.edits})
             skipped = any(NOT_CALLED_FOR in n for n in plan.notes)
-            out.write(f"apply with: gpudoctor fix {plan.entry_id} --script FILE"
+            scripts = sorted({e.path for f in plan.fixes for e in f.edits if e.path.endswith(".py")})
+            script = shlex.quote(scripts[0]) if len(scripts) == 1 else "FILE"
+            out.write(f"apply with: gpudoctor fix {plan.entry_id} --script {script}"
                       f"{' --only ' + ','.join(only) if skipped else ''} --apply")

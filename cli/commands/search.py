@@ -36,7 +36,8 @@ def run(args, out) -> int:
              "score": h.score, "matched": list(h.matched)} for h in hits]})
         return 0 if hits else EXIT_NOTHING
     if not hits:
-        out.write(f"Nothing in the catalogue matches {query!r}.")
+        shown = query if len(query) <= 60 else query[:57] + "…"
+        out.write(f"Nothing in the catalogue matches {shown!r}.")  # repr: control characters escaped
         out.write("Try other words for what you see, or paste the first error line; gpudoctor list shows everything.")
         return EXIT_NOTHING
     title_w = out.width - 6 - 6 - 2

@@ -165,3 +165,9 @@ def test_list_marks_a_users_runbook_and_still_says_whether_a_log_shows_it(cli, t
     assert row.split()[:3] == ["U3*", "user", "yes"]
     assert "* from your own runbooks" in r.out
     assert "*" not in next(line for line in r.out.splitlines() if line.startswith("D1 "))
+
+
+def test_search_with_no_match_echoes_a_long_query_cut_short(cli):
+    r = cli("search", "--no-color", "x" * 5000)
+    assert r.code == 1 and "Nothing in the catalogue matches" in r.out
+    assert max(len(line) for line in r.out.splitlines()) < 120 and "x" * 61 not in r.out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -145,7 +146,9 @@ def test_diagnose_with_a_script_plans_the_pointed_fix_and_says_how_to_apply_it(c
     res = cli("diagnose", str(READY_TWICE), "--script", str(script))
     tail = res.out[res.out.index("Fix for D8"):]
     assert "non-reentrant-checkpoint" in tail and "find-unused-parameters: not planned" in " ".join(tail.split())
-    assert "apply with: gpudoctor fix D8 --script FILE --only non-reentrant-checkpoint --apply" in tail
+    # the script's own path, ready to paste (shell-quoted)
+    assert f"apply with: gpudoctor fix D8 --script {shlex.quote(str(script))} --only non-reentrant-checkpoint " \
+           "--apply" in " ".join(tail.split())
 
 
 @pytest.mark.parametrize("line, entry, step", [
