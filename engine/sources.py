@@ -221,7 +221,27 @@ def resolve(inputs: list[str], problems: list[str] | None = None, names: dict | 
             if problems is None:
                 raise InputError(found[0])
             problems.extend(found)
-    return [_shown_safely(s) for s in sources]
+    return [_shown_safely(s) for s in _once(sources)]
+
+
+def _once(sources: list[Source]) -> list[Source]:
+    """Each file once, however often it was named (a folder and a file in it, the same path twice, a link)."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for source in sources:
+        key = None
+        if source.path is not None and source.size is not None:  # a regular file (not stdin, a pipe or a member)
+            try:
+                st = os.stat(source.path)
+                key = (st.st_dev, st.st_ino)
+            except OSError:
+                pass
+        if key is not None and key in seen:
+            continue
+        if key is not None:
+            seen.add(key)
+        out.append(source)
+    return out
 
 
 def _shown_safely(source: Source) -> Source:

@@ -226,3 +226,14 @@ def test_a_healthy_probe_does_not_claim_to_rule_out_the_failure_the_log_shows(cl
     assert r.code == 0 and "D20" in r.out, r.err
     block = r.out.split(" D20 ", 1)[1].split("more: gpudoctor show D20", 1)[0]
     assert "probe collectives: nothing found now" in block and "ruled out" not in block
+
+
+def test_a_file_named_twice_is_read_once(cli_proc, tmp_path):
+    import os
+
+    log = tmp_path / "rank0.log"
+    log.write_bytes(PORT)
+    os.symlink(log, tmp_path / "link.log")
+    once = cli_proc("diagnose", "--json", str(log))
+    again = cli_proc("diagnose", "--json", str(tmp_path), str(log), str(log), str(tmp_path / "link.log"))
+    assert len(json.loads(again.out)["inputs"]) == 1 == len(json.loads(once.out)["inputs"])
