@@ -322,7 +322,9 @@ class _Tolerant:
             what = f"{self.codec} data" if self.codec else "the file"
             reason = " ".join(str(exc).split()) or type(exc).__name__
             self.problem = (f"{self.name}: {what} ends early or is damaged after {self.done:,} bytes "
-                            f"({reason}); what was read before it is kept")
+                            f"({reason}); what was read before it is kept" if self.done else
+                            f"{self.name}: {what} is damaged or cut off before its first byte ({reason}): "
+                            f"nothing in it could be read")
             return 0
         self.done += n
         return n

@@ -221,3 +221,13 @@ def test_an_archive_that_expands_far_past_its_size_is_cut_and_says_so(cli, tmp_p
     assert "D4" not in res.out  # rank1.log, after the cut, was skipped
     cap = max(archives.MIN_CAP, archives.RATIO * path.stat().st_size)
     assert sum(p.stat().st_size for p in seen[0].folder.iterdir()) <= cap < 24 << 20
+
+
+def test_a_compressed_log_cut_before_its_first_byte_says_nothing_was_kept(cli, tmp_path):
+    import zstandard
+
+    whole = zstandard.ZstdCompressor().compress((EXAMPLE / "launcher.log").read_bytes())
+    cut = tmp_path / "cut.log.zst"
+    cut.write_bytes(whole[:40])
+    res = cli("diagnose", str(cut))
+    assert res.code == 2 and "nothing in it could be read" in res.err and "is kept" not in res.err, res.err
