@@ -299,12 +299,16 @@ def render_markdown(diagnosis) -> str:
 
 def _md_evidence(evidence) -> list[str]:
     """Log lines in a code block, then gpudoctor's reading of them (error-code meanings, where it was raised)."""
-    logged = [e for e in evidence if e.signature not in ("meaning", "because")]
-    lines = ["```text"] + [redact(f"{e.file}:{e.line}: {sanitize(e.text).strip()}") for e in logged] + ["```", ""]
-    notes = [e for e in evidence if e.signature in ("meaning", "because")]
+    reading = ("meaning", "because", "cut-traceback")
+    logged = [e for e in evidence if e.signature not in reading]
+    lines = (["```text"] + [redact(f"{e.file}:{e.line}: {sanitize(e.text).strip()}") for e in logged] + ["```", ""]
+             if logged else [])
+    notes = [e for e in evidence if e.signature in reading]
     if notes:
         word = {"meaning": "Means", "because": "Why"}
-        lines += [f"- {word[e.signature]}: {redact(sanitize(e.text).strip())}" for e in notes] + [""]
+        lines += [f"- {word[e.signature]}: {redact(sanitize(e.text).strip())}" if e.signature in word else
+                  f"- Frames of the traceback at {e.file}:{e.line} (cut before its error line): "
+                  f"{redact(sanitize(e.text).strip())}" for e in notes] + [""]
     return lines
 
 
@@ -326,6 +330,12 @@ def _evidence(out: Out, e, single_input: bool, width: int) -> None:
     """One evidence line, located and wrapped to at most two terminal lines."""
     import textwrap
 
+    if e.signature == "cut-traceback":  # a traceback cut before its error: the frames it stopped in, joined
+        loc = f"frames of the traceback at {_where(e, single_input)}:"
+        out.write("    " + out.style(loc, "dim"))
+        for ln in _wrap(" ".join(sanitize(e.text).split()), width - 8)[:2]:
+            out.write("      " + ln)
+        return
     if e.signature in ("meaning", "because"):  # gpudoctor's reading of the line above, not a log line
         word = "means: " if e.signature == "meaning" else "why: "
         for i, ln in enumerate(_wrap(word + " ".join(sanitize(e.text).split()), width - 14)[:3]):

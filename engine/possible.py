@@ -198,7 +198,8 @@ def possible_findings(catalog, lines: list[Evidence], exclude: set[str], limit: 
         entry = entries[eid]
         findings.append(Finding(
             id=eid, title=entry.title, score=round(min(score, 1.0) * SCALE, 3),
-            evidence=tuple(Evidence(e.file, e.line, e.text, "failure-line") for e in evs),
+            evidence=tuple(Evidence(e.file, e.line, e.text, e.signature if e.signature == "cut-traceback"
+                                    else "failure-line") for e in evs),
             fix=entry.fix_summary, probes=entry.probes, signatures=(), tier="possible",
         ))
     return findings

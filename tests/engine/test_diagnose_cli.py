@@ -237,3 +237,15 @@ def test_a_file_named_twice_is_read_once(cli_proc, tmp_path):
     once = cli_proc("diagnose", "--json", str(log))
     again = cli_proc("diagnose", "--json", str(tmp_path), str(log), str(log), str(tmp_path / "link.log"))
     assert len(json.loads(again.out)["inputs"]) == 1 == len(json.loads(once.out)["inputs"])
+
+
+def test_frames_of_a_cut_traceback_are_shown_as_gpudoctors_reading_not_as_a_log_line(cli_proc, tmp_path):
+    log = tmp_path / "cut.log"
+    log.write_text('Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    main()\n'
+                   '  File "/x/torch/nn/parallel/distributed.py", line 1, in forward\n'
+                   '    output = self._run_ddp_forward(*inputs, **kwargs)\n', encoding="utf-8")
+    js = json.loads(cli_proc("diagnose", "--json", str(log)).out)
+    kinds = {e["signature"] for f in js["findings"] for e in f["evidence"]}
+    assert "cut-traceback" in kinds and "failure-line" not in kinds, kinds
+    text = cli_proc("diagnose", str(log), env={"NO_COLOR": "1", "COLUMNS": "80"}).out
+    assert "frames of the traceback at line 1:" in text and "line 1  " not in text
