@@ -39,6 +39,8 @@ def launch(args, logs: list[str], script: str | None = None) -> int:
     """Validate the inputs, read a piped log, then hand the terminal to the app; returns the exit code."""
     from gpudoctor.engine.sources import InputError, resolve
 
+    if getattr(args, "json", False):
+        raise UserError("--json has no meaning in the interactive session: use gpudoctor diagnose --json")
     stream = getattr(args, "stdout_stream", None) or getattr(args, "_out_stream", None)
     logs = list(logs)
     names: dict[str, str] = {}

@@ -35,7 +35,7 @@ def journals(state) -> list:
 
 
 async def open_fix(app, pilot, entry: str, script):
-    app.open_fix(entry, script=str(script))
+    app.open_fix(entry, script=str(script) if script is not None else None)
     await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None, what="plan")
     return app.screen
 
@@ -102,9 +102,25 @@ async def test_a_file_changed_after_the_preview_is_not_overwritten(make, tmp_pat
         await pilot.press("a")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await wait_until(pilot, lambda: "since the preview" in str(screen.query_one("#fix-status").render()),
-                         what="the stale-file message")
+        await wait_until(pilot, lambda: "planned again" in str(screen.query_one("#fix-status").render())
+                         and "fix(es)" in str(screen.query_one("#fix-status").render()),
+                         what="the stale-file message and the new plan")
         assert script.read_bytes() == edited and journals(state) == []
+        assert "gpudoctor fix again" not in str(screen.query_one("#fix-status").render())
+        await pilot.press("a")  # the new plan is made from the edited file: applying it now works
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_until(pilot, lambda: screen.last_result is not None, what="the write")
+        assert "# edited meanwhile" in script.read_text() and script.read_bytes() != edited
+
+
+async def test_apply_with_nothing_to_write_says_so_where_it_stays(make, tmp_path, state):
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_fix(app, pilot, "D20", None)
+        await pilot.press("a")
+        await pilot.pause(0.3)
+        assert "nothing written: no fix here edits a file" in str(screen.query_one("#fix-status").render())
 
 
 async def test_lint_shows_findings_inline_linked_to_entry_and_fix(make, tmp_path, state):

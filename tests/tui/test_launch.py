@@ -59,3 +59,10 @@ def test_the_cli_and_engine_never_load_textual():
             "print('textual' in sys.modules, any(m.startswith('gpudoctor.tui') for m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip().splitlines()[-1].split() == ["False", "False"], done.stderr
+
+
+def test_json_is_refused_for_the_interactive_session():
+    for argv in (["tui", "--json"], ["diagnose", "--tui", "--json", str(LOGS)]):
+        err = io.StringIO()
+        assert main(argv, stdout=io.StringIO(), stderr=err) == 2
+        assert "--json has no meaning in the interactive session" in err.getvalue()

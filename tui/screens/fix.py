@@ -83,6 +83,7 @@ class FixScreen(Screen):
         self.plan = None
         self.last_result = None
         self.shown_text = ""  # the plan as displayed, in plain text
+        self.stale_note = ""  # why the plan was made again (a file changed since its preview), shown once
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -156,7 +157,9 @@ class FixScreen(Screen):
         counts = f"{len(plan.fixes)} fix(es)"
         if unsafe:
             counts += f" · a applies {safe} safe" + (f", A also the {unsafe - safe} unsafe" if unsafe > safe else "")
-        self.query_one("#fix-status", Label).update(Text(self.outcome() + counts))
+        note, self.stale_note = self.stale_note, ""
+        self.query_one("#fix-status", Label).update(Text(note + self.outcome() + counts,
+                                                         style="yellow" if note else ""))
 
     def outcome(self) -> str:
         if self.last_result is None:
@@ -183,8 +186,10 @@ class FixScreen(Screen):
         chosen = plan.applicable(unsafe)
         if not chosen:
             why = ("the writable fixes here are unsafe: A applies them (read why first)"
-                   if plan.applicable(True) else "nothing here writes a file (give a script, or follow the plan)")
+                   if plan.applicable(True) else "nothing written: no fix here edits a file (s gives a script; "
+                                                 "env and launch fixes are to follow by hand)")
             self.notify(why, severity="warning")
+            self.query_one("#fix-status", Label).update(Text(why, style="yellow"))  # stays after the toast goes
             return
         files = sorted({e.path for f in chosen for e in f.edits})
         detail = "; ".join(f"{f.action_id} ({f.safety})" + (f": {f.why}" if f.safety == "unsafe" else "")
@@ -202,9 +207,17 @@ class FixScreen(Screen):
             from gpudoctor.engine.fixes import FixError
             from gpudoctor.engine.fixes.apply import apply_plan
 
+            from gpudoctor.engine.fixes import StaleFileError
+
             try:
                 result = apply_plan(plan, unsafe=unsafe)
-            except FixError as exc:  # a file changed since the preview, or the result would not parse
+            except StaleFileError as exc:  # changed since the preview: plan again from the file as it is now
+                what = str(exc).split("; run gpudoctor fix again", 1)[0]
+                self.stale_note = f"{what}: nothing written; planned again from it as it is now · "
+                self.post_message(WorkFailed("apply", self.stale_note + "reading it…"))
+                self.app.call_from_thread(self.replan)
+                return
+            except FixError as exc:  # the result would not parse
                 self.post_message(WorkFailed("apply", str(exc)))
                 return
             self.post_message(FixWritten(result, undo=False))
