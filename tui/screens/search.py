@@ -17,10 +17,12 @@ from gpudoctor.tui.work import background
 LIMIT = 30
 
 
-def entry_option(entry, score: float | None = None) -> Option:
-    line = Text.assemble((f"{entry.id:<5}", "bold"), " ",
-                         (f"{score:4.2f} " if score is not None else "", "dim"), entry.title)
-    return Option(line, id=entry.id)
+def entry_option(entry, score: float | None = None, width: int = 80) -> Option:
+    """One row per entry: a title cut to the width with "…" (a wrapped one ran on under the id column)."""
+    head = f"{score:4.2f} " if score is not None else ""
+    room = max(10, width - 6 - len(head) - 4)  # the id column, the list's padding and scroll bar
+    title = entry.title if len(entry.title) <= room else entry.title[: room - 1].rstrip() + "…"
+    return Option(Text.assemble((f"{entry.id:<5}", "bold"), " ", (head, "dim"), title), id=entry.id)
 
 
 class SearchScreen(Screen):
@@ -57,7 +59,7 @@ class SearchScreen(Screen):
     def show_all(self) -> None:
         results = self.query_one("#results", OptionList)
         results.clear_options()
-        results.add_options([entry_option(e) for e in self.app.catalog])
+        results.add_options([entry_option(e, width=self.app.size.width) for e in self.app.catalog])
         results.highlighted = 0 if results.option_count else None
         self.query_one("#preview", Static).update(
             f"{len(self.app.catalog)} entries · type to search · ctrl+o opens a log · ctrl+r runs every probe")
@@ -100,7 +102,8 @@ class SearchScreen(Screen):
         results = self.query_one("#results", OptionList)
         results.clear_options()
         entries = self.app.catalog.entries
-        results.add_options([entry_option(entries[h.id], h.score) for h in message.hits if h.id in entries])
+        results.add_options([entry_option(entries[h.id], h.score, self.app.size.width) for h in message.hits
+                             if h.id in entries])
         results.highlighted = 0 if results.option_count else None
         self.call_after_refresh(setattr, self, "painted_query", message.query)
         preview = self.query_one("#preview", Static)
