@@ -292,7 +292,15 @@ def _free_port(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
             drop = {"--master-port", "--master-addr", "--standalone", "--rdzv-backend", "--rdzv-endpoint", "--nnodes"}
             return [*_env(launch), "torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", "--nnodes=1",
                     *_kept(launch, "torchrun", drop), *_script_words(launch, "torchrun")]
-        notes.append(f"port {port} was free on this machine when planned; every node must use the same one")
+        if str(launch.option("--node-rank") or "") != "0" and _count(facts, "free_port") is None:
+            # planned on another node (or one that does not say): a port free here says nothing about the master's
+            notes.append(f"the port must be free on the master node ({launch.option('--master-addr') or 'node 0'}) "
+                         "and the same on every node: set MASTER_PORT there (python -c \"import socket; "
+                         "s=socket.socket(); s.bind(('', 0)); print(s.getsockname()[1])\" prints one) and on every "
+                         "node, or give --param free_port=N")
+            port = "$MASTER_PORT"
+        else:
+            notes.append(f"port {port} was free on this machine when planned; every node must use the same one")
         return [*_env(launch), "torchrun", *_kept(launch, "torchrun", {"--master-port"}), f"--master-port={port}",
                 *_script_words(launch, "torchrun")]
     if launch.launcher == "accelerate":

@@ -72,6 +72,16 @@ def test_d4_multinode_torchrun_gets_a_port_that_is_free():
     assert parse_launch(new).option("--master-addr") == "h0"
 
 
+def test_d4_multinode_planned_on_another_node_leaves_the_port_to_the_master():
+    new, notes = rewrite("torchrun --nnodes=2 --node-rank=1 --master-addr=10.0.0.1 --master-port=29500 train.py",
+                         "free-port", {"port": 29500})
+    assert parse_launch(new).option("--master-port") == "$MASTER_PORT" and "--master-port=$MASTER_PORT" in new.split()
+    assert any("free on the master node (10.0.0.1)" in n for n in notes)
+    given, _ = rewrite("torchrun --nnodes=2 --node-rank=1 --master-addr=10.0.0.1 --master-port=29500 train.py",
+                       "free-port", {"port": 29500, "free_port": 29611})
+    assert parse_launch(given).option("--master-port") == "29611"
+
+
 def test_d4_python_env_accelerate_and_deepspeed_forms():
     facts = {"free_port": 29611}
     assert _words(rewrite("MASTER_PORT=29500 python train.py", "free-port", facts)[0]) == \
