@@ -134,9 +134,9 @@ def oom_on_own_gpu_rule(text: str, file: str) -> list[Verdict]:
         gpu = int(m.group(1) or m.group(2))
         rank = parse_prefix(line).rank
         if gpu > 0 and rank == gpu:
-            return _ruled_out("D3", "rule:oom-on-own-gpu", file, line_no, line,
-                              f"not D3: line {line_no} shows rank {rank} out of memory on GPU {gpu}, its own GPU, "
-                              f"so the ranks are not all on one device")
+            # no note: D3 is rarely a candidate beside an OOM, and a note would speak of it on every such log
+            return [Verdict("D3", "rule:oom-on-own-gpu", (Evidence(file, line_no, line, "rule:oom-on-own-gpu"),),
+                            rule_out=True)]
     return []
 
 
