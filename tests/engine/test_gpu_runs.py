@@ -79,3 +79,11 @@ def test_failed_rank_equal_to_its_local_rank_is_too_many_ranks(rank, local, d27)
 
     verdicts = failed_local_rank_rule(SUMMARY.format(host=1, rank=rank, local=local), "f.log")
     assert [(v.entry, v.rule_out) for v in verdicts] == ([("D3", True), ("D27", False)] if d27 else [])
+
+
+def test_torch_2_11s_own_flight_recorder_dump_is_read():
+    # written by the NCCL watchdog on the H200 (TORCH_NCCL_DUMP_ON_TIMEOUT=1): format 2.10, one rank
+    _, data = diagnose(RUNS / "stuck-kernel-dir")
+    assert [i["kind"] for i in data["inputs"]].count("flight") == 1
+    progress = data["flight"]["progress"]
+    assert progress[0]["last_enqueued_op"] == "all_reduce" and progress[0]["last_completed"] == -1
