@@ -5,6 +5,7 @@ catalogue alone (tests/kb/title_readers.yaml says how). This prints, on those ti
 how often a reader was sure and right when sure, search's top-1 and top-3, and search on the titles both readers were
 sure of and right about: the part of the gap search could close with the words a title has. Issue 8's search target
 (95% first) is judged against the readers' figure, which is what a careful person gets from the same words.
+Measured 2026-11-28: readers 78.3% and 80.6% first, search 62.0% (76.7% in its top three).
 """
 from __future__ import annotations
 
