@@ -35,13 +35,18 @@ def one_node_ordinal_rule(text: str, file: str) -> list:
     if _MULTI_ON_LINE.search(lines[launch]) or _MULTI.search(text):
         return []
     n = _LAUNCH.search(lines[launch]).group(1)
-    why = Evidence(file, launch + 1, f"{n} processes per node on one node, where the global rank is the local rank: "
-                                     f"{' '.join(lines[launch].split())[:160]}", "because")
-    here = Evidence(file, error + 1, lines[error], "rule:ordinal-on-one-node")
-    note = (f"not D3: line {launch + 1} launches one node, where a device chosen by RANK is the one LOCAL_RANK "
-            f"picks; an invalid ordinal there means more processes than visible GPUs (D27)")
-    return [Verdict("D3", "rule:ordinal-on-one-node", (here,), rule_out=True, note=note),
-            Verdict("D27", "rule:ordinal-on-one-node", (here, why), score=0.7)]
+    return _d27_not_d3("rule:ordinal-on-one-node", file, error + 1, lines[error], launch + 1,
+                       f"{n} processes per node on one node, where the global rank is the local rank: "
+                       f"{' '.join(lines[launch].split())[:160]}",
+                       "launches one node, where a device chosen by RANK is the one LOCAL_RANK picks")
+
+
+def _d27_not_d3(rule: str, file: str, line_no: int, line: str, why_no: int, why: str, shows: str) -> list:
+    """The invalid ordinal on line_no is D27 and not D3, because line why_no `shows` that RANK is LOCAL_RANK there."""
+    here = Evidence(file, line_no, line, rule)
+    note = f"not D3: line {why_no} {shows}; an invalid ordinal there means more processes than visible GPUs (D27)"
+    return [Verdict("D3", rule, (here,), rule_out=True, note=note),
+            Verdict("D27", rule, (here, Evidence(file, why_no, why, "because")), score=0.7)]
 
 
 # torchelastic's failure summary (torch/distributed/elastic/multiprocessing/errors/__init__.py, 1.9+): the block
@@ -60,17 +65,14 @@ def failed_local_rank_rule(text: str, file: str) -> list:
         return []
     from gpudoctor.engine.textfind import line_at
 
-    lines = text.splitlines()
-    error = next(i for i, line in enumerate(lines) if _ORDINAL.search(line))
-    rank_line, _ = line_at(text, m.start(1))
-    why = Evidence(file, rank_line, f"the rank that failed first is rank {m.group(1)} with local rank {m.group(2)}: "
-                                    "its global and local rank pick the same GPU", "because")
-    here = Evidence(file, error + 1, lines[error], "rule:ordinal-at-local-rank")
-    note = (f"not D3: line {rank_line} shows rank {m.group(1)} failed first with local rank {m.group(2)}, so a device "
-            f"chosen by RANK is the one LOCAL_RANK picks; an invalid ordinal there means more processes on the node "
-            f"than visible GPUs (D27)")
-    return [Verdict("D3", "rule:ordinal-at-local-rank", (here,), rule_out=True, note=note),
-            Verdict("D27", "rule:ordinal-at-local-rank", (here, why), score=0.7)]
+    error_no, error = line_at(text, _ORDINAL.search(text).start())
+    rank_no, _ = line_at(text, m.start(1))
+    rank = m.group(1)
+    return _d27_not_d3("rule:ordinal-at-local-rank", file, error_no, error, rank_no,
+                       f"the rank that failed first is rank {rank} with local rank {rank}: its global and local rank "
+                       "pick the same GPU",
+                       f"shows rank {rank} failed first with local rank {rank}, so a device chosen by RANK is the one "
+                       "LOCAL_RANK picks")
 
 
 # accelerate's state as the script logs it (PartialState.__repr__): "Local process index: 3" then "Device: cuda:0"

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from gpudoctor.engine.display import strip_ansi
+
 COMMAND_TIMEOUT_S = 5.0
 
 
@@ -69,19 +71,12 @@ def run_command(options: Mapping, argv: list[str], timeout: float = COMMAND_TIME
         done = subprocess.run([path, *argv[1:]], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL, errors="replace")
     except subprocess.TimeoutExpired as exc:
-        return CommandOutput(None, plain(_text(exc.stdout)), plain(_text(exc.stderr)))
+        return CommandOutput(None, strip_ansi(_text(exc.stdout)), strip_ansi(_text(exc.stderr)))
     except OSError as exc:
         return CommandOutput(126, "", str(exc))
-    return CommandOutput(done.returncode, plain(done.stdout), plain(done.stderr))
-
-
-# terminal control sequences a command prints even into a pipe (nvidia-smi 5xx underlines the header of its `topo`
-# matrices with ESC[4m ... ESC[0m): parsers see the words, and no sequence reaches the user's terminal through evidence
-_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-
-
-def plain(text: str) -> str:
-    return _ESCAPES.sub("", text) if "\x1b" in text else text
+    # terminal sequences a command prints even into a pipe (nvidia-smi 5xx underlines its `topo` matrices' header with
+    # ESC[4m ... ESC[0m) go: parsers see the words, and none reaches the user's terminal through evidence
+    return CommandOutput(done.returncode, strip_ansi(done.stdout), strip_ansi(done.stderr))
 
 
 def _text(data) -> str:

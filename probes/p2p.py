@@ -77,13 +77,10 @@ def matrix_gpus(text: str) -> list[int]:
 def parse_p2p_matrix(text: str) -> dict[tuple[int, int], str]:
     """{(i, j): status} for i < j from `nvidia-smi topo -p2p r`'s matrix."""
     pairs: dict[tuple[int, int], str] = {}
-    header: list[int] | None = None
+    header = matrix_gpus(text)
     for line in text.splitlines():
         cells = line.split()
         if not cells:
-            continue
-        if header is None and all(re.fullmatch(r"GPU\d+", c) for c in cells):
-            header = [int(c[3:]) for c in cells]
             continue
         if header and re.fullmatch(r"GPU\d+", cells[0]) and len(cells) - 1 == len(header):
             row = int(cells[0][3:])
