@@ -93,16 +93,15 @@ def srun_per_node(launch, facts: dict, notes: list[str]) -> list[str]:
     notes.append("in a SLURM batch script: srun starts this command once on every node of the job")
     if launch.launcher == "torchrun" and (launch.option("--standalone") is not None
                                           or not launch.option("--rdzv-endpoint", "--master-addr")):
-        # each node's torchrun would make its own rendezvous: meet at the first node's instead
-        from gpudoctor.engine.fixes.launch import _TORCHRUN_RDZV, _env, _kept, _script_words
+        # each node's torchrun would make its own rendezvous: they meet at the first node's, as D2's own rewrite
+        # writes it, with SLURM's variables for what the batch script knows (its notes, about running the command on
+        # every node by hand, are srun's job here)
+        from gpudoctor.engine.fixes.launch import _torchrun_multinode
 
-        port = facts.get("rdzv_port") or 29400
-        nproc = facts.get("nproc") or launch.option("--nproc-per-node") or "gpu"
         notes.append("set HEAD_NODE first, in the batch script: "
                      "HEAD_NODE=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)")
-        return [*_env(launch), "torchrun", "--nnodes=$SLURM_NNODES", f"--nproc-per-node={nproc}",
-                "--rdzv-id=$SLURM_JOB_ID", "--rdzv-backend=c10d", f"--rdzv-endpoint=$HEAD_NODE:{port}",
-                *_kept(launch, "torchrun", _TORCHRUN_RDZV), *_script_words(launch, "torchrun")]
+        slurm = {"nnodes": "$SLURM_NNODES", "master_addr": "$HEAD_NODE", "job_id": "$SLURM_JOB_ID"}
+        return _torchrun_multinode(launch, {**facts, **slurm}, [])
     return _same(launch)
 
 
