@@ -120,7 +120,7 @@ def apply_plan(plan: FixPlan, *, unsafe: bool = False, state_dir=None) -> ApplyR
         first = edits[0]
         if _sha(current) != first.before_sha256:
             what = "exists now" if first.creates else ("no longer exists" if current is None else "changed")
-            raise StaleFileError(f"{shown}: {what} since the preview; run gpudoctor fix again for a fresh diff")
+            raise StaleFileError(f"{shown}: {what} since the preview", "run gpudoctor fix again for a fresh diff")
         for a, b in zip(edits, edits[1:]):
             if b.before != a.after:
                 raise FixError(f"internal: the edits of {path} do not follow each other")

@@ -11,7 +11,12 @@ class NotApplicable(FixError):
 
 
 class StaleFileError(FixError):
-    """A file changed between the preview and apply (or since the fix was applied, for undo)."""
+    """A file changed between the preview and apply (or since the fix was applied, for undo). `what` says which file
+    and how, without the advice the command line adds (a TUI plans again itself)."""
+
+    def __init__(self, what: str, advice: str = ""):
+        self.what = what
+        super().__init__(f"{what}; {advice}" if advice else what)
 
 
 class BrokenResultError(FixError):

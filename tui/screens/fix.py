@@ -212,8 +212,7 @@ class FixScreen(Screen):
             try:
                 result = apply_plan(plan, unsafe=unsafe)
             except StaleFileError as exc:  # changed since the preview: plan again from the file as it is now
-                what = str(exc).split("; run gpudoctor fix again", 1)[0]
-                self.stale_note = f"{what}: nothing written; planned again from it as it is now · "
+                self.stale_note = f"{exc.what}: nothing written; planned again from it as it is now · "
                 self.post_message(WorkFailed("apply", self.stale_note + "reading it…"))
                 self.app.call_from_thread(self.replan)
                 return
