@@ -132,9 +132,8 @@ def parse_entry(data: Any, source: str, *, origin: str = "builtin") -> Entry:
     missing = [key for key in _REQUIRED if key not in data or data[key] is None]
     for key in missing:
         c.note(key, "missing required field")
-    data = {**{key: "-" for key in missing}, **{k: v for k, v in data.items() if k not in missing}}
-    if "symptoms" in missing or "fix" in missing:
-        data = {**data, **{k: [] for k in ("symptoms", "fix") if k in missing}}
+    # stand-ins for the missing fields, so that the others are still checked (the missing ones are not again)
+    data = {**data, **{key: [] if key in ("symptoms", "fix") else "-" for key in missing}}
 
     entry_id = c.soft(lambda: c.text(data["id"], "id"), "X0")
     if "id" not in missing and not ID_RE.match(entry_id):
