@@ -10,8 +10,8 @@ from textual.worker import Worker, get_current_worker  # noqa: F401  (re-exporte
 class Cancelled(Exception):
     """Raised inside a worker's callbacks when the user cancelled it; never reported as an error.
 
-    A thread cannot be interrupted: a worker checks `get_current_worker().is_cancelled` between steps
-    (the diagnosis does it in its progress callback, the log index between reads)."""
+    A thread cannot be interrupted: a worker checks `get_current_worker().is_cancelled` between steps (the log
+    index between reads); the diagnosis runs in a child process that its worker kills (tui/diagnose_child.py)."""
 
 
 def background(node: DOMNode, fn: Callable[[], object], *, name: str, exclusive: bool = True) -> Worker:

@@ -91,51 +91,66 @@ async def test_log_text_is_sanitised(make, tmp_path):
         assert not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c == "\u202e" for c in text)
 
 
-async def test_a_long_diagnosis_shows_progress_and_can_be_cancelled(make, tmp_path, monkeypatch):
-    # the scan holds after the first block it reports until esc has been pressed (a paced scan still finished first
-    # in 1 of ~10 CI runs): there is always a running diagnosis to cancel, and it sees the cancel at its next report
-    import threading
+# A diagnosis child that reports progress, starts a grandchild in its group, and then never returns: a scan
+# stuck in one search. esc must end it at once, grandchild included.
+STUCK_CHILD = """
+import os, pickle, struct, subprocess, sys, time
+job = pickle.load(sys.stdin.buffer)
+sleeper = subprocess.Popen(["sleep", "300"])
+with open(os.environ["GPUDOCTOR_TEST_PIDS"], "w") as fh:
+    fh.write(f"{os.getpid()} {sleeper.pid}")
+body = pickle.dumps(("progress", 1 << 20))
+sys.stdout.buffer.write(struct.pack(">Q", len(body)) + body)
+sys.stdout.buffer.flush()
+time.sleep(300)
+"""
 
-    import gpudoctor.engine.diagnose as engine
 
-    real = engine.diagnose
-    pressed = threading.Event()
-
-    def paced(catalog, sources, progress=None, **kwargs):
-        def held(n):
-            progress(n)
-            pressed.wait(60)
-            progress(0)
-        return real(catalog, sources, progress=held if progress else None, **kwargs)
-
-    monkeypatch.setattr(engine, "diagnose", paced)
-    path = tmp_path / "big.log"
-    line = b"[rank0]: step 12 | loss 0.25 | lr 1e-4 | tokens/s 12345 | nothing to see here at all\n"
-    with open(path, "wb") as fh:
-        fh.write(line * ((160 << 20) // len(line)))
-    app = make()
+def _alive(pid: int) -> bool:
     try:
-        async with app.run_test(size=(80, 24)) as pilot:
-            app.open_logs([str(path)])
-            await wait_until(pilot, lambda: isinstance(app.screen, LogScreen))
-            screen = app.screen
-            await wait_until(pilot, lambda: "diagnosing" in str(screen.query_one("#status").render()),
-                             what="progress", timeout=60)
-            log = screen.query_one(LogView)
-            await wait_until(pilot, lambda: log.lines_known > 0, what="first lines while indexing")
-            assert log.logfile.lines(0, 1)[0] == line.decode().rstrip("\n")
-            assert screen.diagnose_worker.state == WorkerState.RUNNING
-            await pilot.press("escape")
-            pressed.set()
-            await wait_until(pilot, lambda: screen.diagnose_worker.state in (
-                WorkerState.CANCELLED, WorkerState.ERROR, WorkerState.SUCCESS), what="stop", timeout=60)
-            assert screen.diagnosis is None
-            assert "cancelled" in str(screen.query_one("#status").render())
-            assert isinstance(app.screen, LogScreen)  # the first esc cancels; the second goes back
-            await pilot.press("escape")
-            await wait_until(pilot, lambda: not isinstance(app.screen, LogScreen), what="back")
-    finally:
-        pressed.set()  # never leave the scan thread waiting
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie is dead; only its parent's wait removes it
+        return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+async def test_a_stuck_diagnosis_shows_progress_and_esc_kills_it_at_once(make, tmp_path, monkeypatch):
+    import sys
+    import time
+
+    from gpudoctor.tui import diagnose_child
+
+    script, pids = tmp_path / "stuck.py", tmp_path / "pids"
+    script.write_text(STUCK_CHILD)
+    monkeypatch.setattr(diagnose_child, "CHILD", [sys.executable, str(script)])
+    monkeypatch.setenv("GPUDOCTOR_TEST_PIDS", str(pids))
+    path = tmp_path / "big.log"
+    path.write_bytes(b"[rank0]: step 12 | loss 0.25 | nothing to see here at all\n" * 50_000)
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.open_logs([str(path)])
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen))
+        screen = app.screen
+        await wait_until(pilot, lambda: "diagnosing" in str(screen.query_one("#status").render()),
+                         what="progress", timeout=30)
+        assert "1 MiB read" in str(screen.query_one("#status").render())
+        await wait_until(pilot, lambda: pids.exists() and pids.read_text(), what="the child's pids")
+        child, grandchild = map(int, pids.read_text().split())
+        assert _alive(child) and _alive(grandchild)
+        assert screen.diagnose_worker.state == WorkerState.RUNNING
+        pressed = time.monotonic()
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: screen.diagnose_worker.state == WorkerState.CANCELLED, what="cancelled",
+                         timeout=10)
+        await wait_until(pilot, lambda: not _alive(child) and not _alive(grandchild), what="the group killed",
+                         timeout=10)
+        assert time.monotonic() - pressed < 3  # not the child's 300 s
+        assert screen.diagnosis is None
+        assert "cancelled" in str(screen.query_one("#status").render())
+        assert isinstance(app.screen, LogScreen)  # the first esc cancels; the second goes back
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, LogScreen), what="back")
 
 
 async def test_pasted_text_is_diagnosed(make):
@@ -262,3 +277,51 @@ async def test_a_launch_command_given_with_the_log_confirms_the_rendezvous_cause
         top = app.screen.diagnosis.findings[0]
         assert (top.id, top.tier) == ("D2", "match")
         assert any(ev.signature == "command:standalone-multinode" for ev in top.evidence)
+
+
+async def test_a_log_gone_before_the_scan_is_named_not_reported_as_nothing_found(make, tmp_path, monkeypatch):
+    # the file goes between the screen resolving it and the child reading it (log rotation, a cleaned /tmp)
+    import sys
+
+    from gpudoctor.tui import diagnose_child
+
+    path = tmp_path / "rank0.log"
+    path.write_text("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error\n")
+    wrapper = tmp_path / "unlink_then_child.py"
+    wrapper.write_text(f"import os, sys\nos.unlink({str(path)!r})\n"
+                       "os.execv(sys.executable, [sys.executable, '-m', 'gpudoctor.tui.diagnose_child'])\n")
+    monkeypatch.setattr(diagnose_child, "CHILD", [sys.executable, str(wrapper)])
+    app = make()
+    async with app.run_test(size=(100, 24)) as pilot:
+        app.open_logs([str(path)])
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None,
+                         what="the diagnosis")
+        status = str(app.screen.query_one("#status").render())
+        assert "no input could be read" in status and "rank0.log: no such file or directory" in status
+        assert "nothing in the catalogue" not in status
+
+
+async def test_quitting_during_a_stuck_diagnosis_leaves_no_process_behind(make, tmp_path, monkeypatch):
+    import sys
+    import time
+
+    from gpudoctor.tui import diagnose_child
+
+    script, pids = tmp_path / "stuck.py", tmp_path / "pids"
+    script.write_text(STUCK_CHILD)
+    monkeypatch.setattr(diagnose_child, "CHILD", [sys.executable, str(script)])
+    monkeypatch.setenv("GPUDOCTOR_TEST_PIDS", str(pids))
+    path = tmp_path / "rank0.log"
+    path.write_text("[rank0]: step 1 | loss 0.5\n")
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.open_logs([str(path)])
+        await wait_until(pilot, lambda: pids.exists() and pids.read_text(), what="the child's pids")
+        child, grandchild = map(int, pids.read_text().split())
+        quit_at = time.monotonic()
+        await pilot.press("ctrl+q")
+    deadline = time.monotonic() + 10
+    while (_alive(child) or _alive(grandchild)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child) and not _alive(grandchild)
+    assert time.monotonic() - quit_at < 5

@@ -97,7 +97,6 @@ class LogScreen(Screen):
         first_lines = self.first_lines
 
         def run() -> None:
-            from gpudoctor.engine.diagnose import diagnose
             from gpudoctor.engine.sources import InputError, resolve
             from gpudoctor.tui.work import get_current_worker
 
@@ -117,29 +116,21 @@ class LogScreen(Screen):
             self.post_message(SourcesResolved(sources))
             first_lines.wait(FIRST_LINES_WAIT_S)
             total = sum(s.size or 0 for s in sources) or None
-            done = [0, 0.0]
+            shown = [0.0]
 
-            def progress(n: int) -> None:
-                if worker.is_cancelled:
-                    raise Cancelled()
-                done[0] += n
+            def progress(done: int) -> None:  # bytes read so far
                 now = time.monotonic()
-                if now - done[1] >= PROGRESS_EVERY_S:
-                    done[1] = now
-                    self.post_message(Progress("diagnosis", done[0], total))
+                if now - shown[0] >= PROGRESS_EVERY_S:
+                    shown[0] = now
+                    self.post_message(Progress("diagnosis", done, total))
 
-            start = time.perf_counter()
+            job = {"catalog": catalog, "sources": sources, "script": getattr(self.app, "script", None),
+                   "cmd": getattr(self.app, "cmd", None)}
             try:
-                result = diagnose(catalog, sources, progress=progress)
+                result, self.diagnosis_seconds = _diagnose(job, worker, progress)
             except InputError as exc:
                 self.post_message(WorkFailed("diagnosis", str(exc)))
                 return
-            script, cmd = getattr(self.app, "script", None), getattr(self.app, "cmd", None)
-            if script or cmd:  # the script and the launch command as witnesses: a cause both show is confident
-                from gpudoctor.engine.corroborate import corroborate, gather
-
-                result = corroborate(result, gather(script, cmd)[0], catalog)  # the command was checked at launch
-            self.diagnosis_seconds = time.perf_counter() - start
             self.post_message(DiagnosisDone(result, sources))
 
         self.diagnose_worker = background(self, run, name="diagnosis")
@@ -167,6 +158,13 @@ class LogScreen(Screen):
                   if n else "nothing in the catalogue explains this log")
         if from_content_only(diag.findings):
             status = f"no failure line: {n} guess{'es' if n != 1 else ''} from the log's content · {size / 2**20:,.1f} MiB"
+        problems = [i.problem for i in diag.inputs if i.problem]
+        logs = [i for i in diag.inputs if i.kind == "log"]
+        if logs and all(i.problem for i in logs) and not n:  # as the CLI says it: nothing was read, not "nothing found"
+            status = Text(clean_for_display("no input could be read: " + "; ".join(problems))[:300], style="bold red")
+        else:
+            for problem in problems:
+                self.notify(clean_for_display(problem), severity="warning", timeout=8)
         self.query_one("#status", Label).update(status)
         findings = self.query_one("#findings", OptionList)
         findings.clear_options()
@@ -394,6 +392,26 @@ class LogScreen(Screen):
                 os.unlink(path)
             except OSError:
                 pass
+
+
+def _diagnose(job: dict, worker, progress):
+    """(Diagnosis, seconds) from a child process that esc kills at once; in this thread where there is no child."""
+    from gpudoctor.tui import diagnose_child
+
+    if diagnose_child.can_use_child():
+        try:
+            return diagnose_child.diagnose_in_child(job, cancelled=lambda: worker.is_cancelled, progress=progress)
+        except diagnose_child.Cancelled:
+            raise Cancelled() from None
+    done = [0]
+
+    def counted(n: int) -> None:
+        if worker.is_cancelled:
+            raise Cancelled()
+        done[0] += n
+        progress(done[0])
+
+    return diagnose_child.run_diagnosis(job, counted)
 
 
 def _decompress(source) -> str:
