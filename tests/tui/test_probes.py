@@ -1,7 +1,6 @@
 """Probes: live rows, Esc kills the probe's whole process group (checked in /proc), results and the busbw chart."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
