@@ -58,8 +58,24 @@ def run_diagnosis(job: dict, progress: Callable[[int], None] | None = None):
 
 
 def can_use_child() -> bool:
-    """A child needs process groups and select() on pipes: POSIX. Elsewhere the diagnosis runs in the thread."""
+    """A child needs process groups and select() on pipes: POSIX."""
     return os.name == "posix" and hasattr(os, "killpg")
+
+
+def diagnose(job: dict, *, cancelled: Callable[[], bool], progress: Callable[[int], None]):
+    """(Diagnosis, seconds): in a child where there are process groups, else in this thread, which then sees a
+    cancel only at the scan's next progress report. Raises Cancelled, InputError or ChildFailed."""
+    if can_use_child():
+        return diagnose_in_child(job, cancelled=cancelled, progress=progress)
+    done = [0]
+
+    def counted(n: int) -> None:
+        if cancelled():
+            raise Cancelled()
+        done[0] += n
+        progress(done[0])
+
+    return run_diagnosis(job, counted)
 
 
 def diagnose_in_child(job: dict, *, cancelled: Callable[[], bool], progress: Callable[[int], None]):

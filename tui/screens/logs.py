@@ -395,23 +395,13 @@ class LogScreen(Screen):
 
 
 def _diagnose(job: dict, worker, progress):
-    """(Diagnosis, seconds) from a child process that esc kills at once; in this thread where there is no child."""
+    """(Diagnosis, seconds), from a child process that esc kills at once (tui/diagnose_child.py)."""
     from gpudoctor.tui import diagnose_child
 
-    if diagnose_child.can_use_child():
-        try:
-            return diagnose_child.diagnose_in_child(job, cancelled=lambda: worker.is_cancelled, progress=progress)
-        except diagnose_child.Cancelled:
-            raise Cancelled() from None
-    done = [0]
-
-    def counted(n: int) -> None:
-        if worker.is_cancelled:
-            raise Cancelled()
-        done[0] += n
-        progress(done[0])
-
-    return diagnose_child.run_diagnosis(job, counted)
+    try:
+        return diagnose_child.diagnose(job, cancelled=lambda: worker.is_cancelled, progress=progress)
+    except diagnose_child.Cancelled:
+        raise Cancelled() from None
 
 
 def _decompress(source) -> str:
