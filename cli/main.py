@@ -21,6 +21,7 @@ COMMANDS = {
     "tui": "tui",
     "fix": "fix",
     "lint": "lint",
+    "stacks": "stacks",
 }
 
 DESCRIPTION = """\

@@ -1,0 +1,107 @@
+"""`gpudoctor stacks`: dump where every rank of a hung job on this node is stopped (py-spy), then diagnose that."""
+from __future__ import annotations
+
+import os
+import time
+
+from gpudoctor.errors import EXIT_NOTHING, UserError
+
+HELP = "dump where each rank of a running (hung) job is stopped, and diagnose it"
+DESCRIPTION = """\
+While a job hangs, find its ranks on this machine (the Python processes whose
+environment holds RANK, LOCAL_RANK or an MPI/SLURM rank), dump each one's Python
+stack with py-spy at the same moment, without stopping or changing them, save
+the dumps as rank<N>.py-spy.txt in a folder, and diagnose that folder: a rank
+stopped in a save or eval function while the others wait in a collective is
+D21, ranks waiting in different collectives D19. Run it on each node of a
+multi-node job and diagnose the folders together. Needs py-spy
+(pip install py-spy) and permission to read the processes (their user, or root).
+
+examples:
+  gpudoctor stacks                       # every rank on this node
+  gpudoctor stacks --pid 4121 --pid 4122 # these processes only
+  gpudoctor stacks --out hang-node3/ --json
+
+exit codes: 0 a cause matched, 1 no rank found or nothing known, 2 py-spy
+missing, a bad --pid or no dump could be taken"""
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
+                        help="dump this process (repeatable) instead of finding the ranks")
+    parser.add_argument("--out", metavar="DIR", help="where the dumps go (default: a new folder here, named after the time)")
+    parser.add_argument("--timeout", type=float, default=20.0, metavar="S",
+                        help="seconds each dump may take (default 20)")
+    parser.add_argument("--format", "-f", choices=("text", "json", "markdown"), default=None,
+                        help="output format of the diagnosis (default text; --json is --format json)")
+    parser.add_argument("--top", type=int, default=5, metavar="N", help="at most N findings of each tier (default 5)")
+
+
+def run(args, out) -> int:
+    from gpudoctor.probes import stackdump
+
+    err = args.err
+    if args.timeout <= 0:
+        raise UserError("--timeout must be more than 0 seconds")
+    if any(pid <= 0 for pid in args.pid):
+        raise UserError("--pid must be a process id (a positive number)")
+    pyspy = stackdump.py_spy()
+    if pyspy is None:
+        raise UserError("py-spy is not installed: pip install py-spy (it reads a running process's Python stack "
+                        "without stopping it)")
+    if args.pid:
+        try:
+            processes = stackdump.processes_by_pid(sorted(set(args.pid)))
+        except ValueError as exc:
+            raise UserError(f"--pid: {exc}") from None
+    else:
+        processes = stackdump.find_training_processes()
+        if not processes:
+            err.write("gpudoctor: no training process on this machine: no Python process here has RANK, LOCAL_RANK "
+                      "or an MPI/SLURM rank in its environment (another user's processes need root); "
+                      "name them with --pid")
+            return EXIT_NOTHING
+    folder = _folder(args.out)
+    err.write(f"dumping {len(processes)} process(es) with py-spy…")
+    dumps = stackdump.dump_stacks(pyspy, processes, args.timeout)
+    written = _write(folder, dumps, err)
+    if not written:
+        raise UserError(f"no stack could be dumped ({len(dumps)} tried); the reasons are above")
+    err.write(f"{len(written)} stack(s) saved in {folder}/")
+    from gpudoctor.commands import diagnose
+
+    args.paths, args.tui, args.probe, args.script, args.cmd = [str(folder)], False, False, None, None
+    args.engine, args.no_hyperscan, args.stdin = "auto", False, None
+    return diagnose.run(args, out)
+
+
+def _folder(given: str | None):
+    from pathlib import Path
+
+    folder = Path(given) if given else Path(f"gpudoctor-stacks-{time.strftime('%Y%m%d-%H%M%S')}")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise UserError(f"--out {folder}: exists and is not an empty folder; dumps are never written over files")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--out {folder}: cannot create it: {exc.strerror or exc}") from None
+    return folder
+
+
+def _write(folder, dumps, err) -> list:
+    from gpudoctor.probes.stackdump import file_name
+    from gpudoctor.term import sanitize
+
+    written = []
+    for dump in dumps:
+        if dump.text is None:
+            err.write(f"gpudoctor: warning: {dump.process.label} (pid {dump.process.pid}): {sanitize(dump.error)}")
+            continue
+        path = folder / file_name(dump.process)
+        if path.exists():  # two processes with one rank (two jobs on the node): keep both
+            path = folder / f"{path.name.split('.', 1)[0]}-pid{dump.process.pid}.py-spy.txt"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(dump.text)
+        written.append(path)
+    return written

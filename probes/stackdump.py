@@ -1,0 +1,175 @@
+"""Where each rank of a running job is stopped: find the training processes on this node and dump their Python
+stacks with py-spy, which reads a live process without stopping or changing it.
+
+A hung job's only evidence is often the frame each rank waits in (a rank-0-only save while the others sit in
+all_reduce is D21; ranks in different collectives, D19). The dumps are written as files the diagnosis reads.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from gpudoctor.engine.display import strip_ansi
+from gpudoctor.kb.record import record
+
+# the variables launchers give each rank: torchrun / deepspeed / accelerate, then MPI (Horovod, mpirun), then srun
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+DUMP_TIMEOUT_S = 20.0
+PARALLEL = 8
+ERROR_CHARS = 300
+
+
+@record(frozen=True)
+class TrainingProcess:
+    pid: int
+    rank: int | None  # the global rank its launcher gave it
+    local_rank: int | None
+    command: str  # its command line, for the user to recognise it
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"process {self.pid}"
+
+
+@record(frozen=True)
+class StackDump:
+    process: TrainingProcess
+    text: str | None  # py-spy's dump; None when it failed
+    error: str | None = None
+
+
+def _environ(pid: int, proc: Path) -> dict[str, str] | None:
+    try:
+        raw = (proc / str(pid) / "environ").read_bytes()
+    except OSError:  # gone, or another user's process
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def _command(pid: int, proc: Path) -> list[str]:
+    try:
+        return [a.decode(errors="replace") for a in (proc / str(pid) / "cmdline").read_bytes().split(b"\0") if a]
+    except OSError:
+        return []
+
+
+def _parent(pid: int, proc: Path) -> int | None:
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _first_int(env: dict[str, str], names) -> int | None:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def _is_python(argv: list[str]) -> bool:
+    return bool(argv) and os.path.basename(argv[0]).startswith(("python", "pypy"))
+
+
+def _ours(proc: Path) -> set[int]:
+    """This process and its ancestors: gpudoctor run from inside the job's environment is not a rank."""
+    mine, pid = set(), os.getpid()
+    while pid and pid not in mine:
+        mine.add(pid)
+        pid = _parent(pid, proc) or 0
+    return mine
+
+
+def find_training_processes(proc_root: str = "/proc") -> list[TrainingProcess]:
+    """Python processes on this machine whose environment gives them a rank, one per rank: a data-loader worker
+    (a child with its parent's rank) is left out. Ordered by rank, then pid."""
+    proc = Path(proc_root)
+    try:
+        pids = [int(p.name) for p in proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
+    skip = _ours(proc)
+    found: dict[int, tuple[TrainingProcess, int | None]] = {}
+    for pid in pids:
+        if pid in skip:
+            continue
+        argv = _command(pid, proc)
+        if not _is_python(argv):
+            continue
+        env = _environ(pid, proc)
+        if env is None:
+            continue
+        rank = _first_int(env, RANK_VARS)
+        if rank is None:
+            continue
+        found[pid] = (TrainingProcess(pid, rank, _first_int(env, LOCAL_RANK_VARS), " ".join(argv)),
+                      _parent(pid, proc))
+    ranks = [p for pid, (p, parent) in found.items()
+             if not (parent in found and found[parent][0].rank == p.rank)]
+    return sorted(ranks, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid))
+
+
+def processes_by_pid(pids: list[int], proc_root: str = "/proc") -> list[TrainingProcess]:
+    """The named processes, with the rank their environment gives when it can be read. Raises ValueError for a
+    pid that is not a running process."""
+    proc = Path(proc_root)
+    chosen = []
+    for pid in pids:
+        if not (proc / str(pid)).is_dir():
+            raise ValueError(f"no process {pid} on this machine")
+        env = _environ(pid, proc) or {}
+        chosen.append(TrainingProcess(pid, _first_int(env, RANK_VARS), _first_int(env, LOCAL_RANK_VARS),
+                                      " ".join(_command(pid, proc))))
+    return chosen
+
+
+def py_spy() -> str | None:
+    """py-spy on PATH, else beside this interpreter (a venv that was never activated)."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None
+
+
+def dump_stack(pyspy: str, process: TrainingProcess, timeout: float = DUMP_TIMEOUT_S) -> StackDump:
+    """py-spy's dump of one process; a failure (gone, no permission, timeout) is named, never raised."""
+    try:
+        done = subprocess.run([pyspy, "dump", "--pid", str(process.pid)], capture_output=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return StackDump(process, None, f"py-spy did not finish in {timeout:g} s")
+    except OSError as exc:
+        return StackDump(process, None, f"could not run py-spy: {exc}")
+    out = strip_ansi(done.stdout.decode(errors="replace"))
+    if done.returncode != 0 or not out.strip():
+        err = strip_ansi(done.stderr.decode(errors="replace")).strip() or f"py-spy exited with code {done.returncode}"
+        if "permission" in err.lower():
+            err += " (py-spy needs the process's own user, root, or kernel.yama.ptrace_scope=0)"
+        return StackDump(process, None, err[:ERROR_CHARS])
+    return StackDump(process, out)
+
+
+def dump_stacks(pyspy: str, processes: list[TrainingProcess], timeout: float = DUMP_TIMEOUT_S) -> list[StackDump]:
+    """Every process dumped at about the same moment (in parallel), in the given order."""
+    if not processes:
+        return []
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, len(processes))) as pool:
+        return list(pool.map(lambda p: dump_stack(pyspy, p, timeout), processes))
+
+
+def file_name(process: TrainingProcess) -> str:
+    """The dump's file name; the diagnosis reads the rank off it."""
+    return f"rank{process.rank}.py-spy.txt" if process.rank is not None else f"pid{process.pid}.py-spy.txt"

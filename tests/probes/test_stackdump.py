@@ -1,0 +1,181 @@
+"""`gpudoctor stacks`: a real hung gloo job under torchrun, its ranks found, dumped with py-spy and diagnosed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.main import main
+from gpudoctor.probes import stackdump
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_pyspy = pytest.mark.skipif(stackdump.py_spy() is None, reason="py-spy is not installed")
+
+# rank 0 calls a barrier inside its checkpoint save, which only rank 0 runs; rank 1 waits in all_reduce.
+# Each rank writes a file just before its collective, so the test dumps them only once both are waiting.
+HUNG_JOB = """
+import os, sys
+from datetime import timedelta
+import torch, torch.distributed as dist
+
+def save_checkpoint(state, ready):
+    torch.save(state, os.path.join(sys.argv[1], "ckpt.pt"))
+    open(ready, "w").close()
+    dist.barrier()
+
+def main():
+    dist.init_process_group("gloo", timeout=timedelta(seconds=300))
+    rank = dist.get_rank()
+    ready = os.path.join(sys.argv[1], f"ready{rank}")
+    if rank == 0:
+        save_checkpoint({"w": torch.ones(2)}, ready)
+    open(ready, "w").close()
+    t = torch.ones(1)
+    dist.all_reduce(t)
+
+main()
+"""
+
+
+@pytest.fixture
+def hung_job(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(HUNG_JOB))
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                             str(script), str(tmp_path)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not all((tmp_path / f"ready{r}").exists() for r in (0, 1)):
+            assert proc.poll() is None, "the job ended before hanging"
+            assert time.monotonic() < deadline, "the ranks never reached their collectives"
+            time.sleep(0.1)
+        time.sleep(0.5)  # from the file to the collective's wait
+        yield proc
+    finally:
+        _stop(proc, str(tmp_path))
+
+
+def _stop(proc: subprocess.Popen, marker: str) -> None:
+    """torchrun starts each rank in a session of its own: SIGTERM lets it stop them; whatever is left is killed."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for rank in stackdump.find_training_processes():
+        if marker in rank.command:
+            os.kill(rank.pid, signal.SIGKILL)
+
+
+def run_cli(argv, cwd):
+    env = dict(os.environ, NO_COLOR="1", COLUMNS="80")
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        env.pop(name, None)
+    return subprocess.run([sys.executable, "-m", "gpudoctor", *argv], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=120)
+
+
+@needs_pyspy
+def test_a_hung_job_s_ranks_are_found_dumped_and_named_d21(hung_job, tmp_path):
+    found = stackdump.find_training_processes()
+    ours = [p for p in found if str(tmp_path) in p.command]
+    assert [(p.rank, p.local_rank) for p in ours] == [(0, 0), (1, 1)]  # the torchrun agent has no rank: left out
+    done = run_cli(["stacks", "--out", str(tmp_path / "dumps"), "--json", "--pid", str(ours[0].pid),
+                    "--pid", str(ours[1].pid)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    top = report["findings"][0]
+    assert (top["id"], top["tier"]) == ("D21", "match")
+    assert any("save_checkpoint" in ev["text"] for ev in top["evidence"])
+    assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == ["rank0.py-spy.txt", "rank1.py-spy.txt"]
+    assert "save_checkpoint" in (tmp_path / "dumps" / "rank0.py-spy.txt").read_text()
+    assert "2 stack(s) saved in" in done.stderr
+
+
+@needs_pyspy
+def test_without_pids_it_finds_the_ranks_itself(hung_job, tmp_path):
+    done = run_cli(["stacks", "--out", "dumps"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "D21" in done.stdout and "save_checkpoint" in done.stdout
+    assert (tmp_path / "dumps" / "rank0.py-spy.txt").is_file()
+
+
+def write_process(proc: Path, pid: int, ppid: int, argv: list[str], env: dict[str, str]) -> None:
+    d = proc / str(pid)
+    d.mkdir(parents=True)
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (d / "environ").write_bytes(b"".join(f"{k}={v}\0".encode() for k, v in env.items()))
+    (d / "stat").write_text(f"{pid} ({os.path.basename(argv[0])}) S {ppid} 1 1 0 -1\n")
+
+
+def test_one_process_per_rank_from_the_environment(tmp_path):
+    proc = tmp_path / "proc"
+    write_process(proc, 100, 1, ["/venv/bin/python3", "/venv/bin/torchrun", "train.py"], {"PATH": "/bin"})
+    write_process(proc, 101, 100, ["/venv/bin/python3", "-u", "train.py"], {"RANK": "1", "LOCAL_RANK": "1"})
+    write_process(proc, 102, 100, ["/venv/bin/python3", "-u", "train.py"], {"RANK": "0", "LOCAL_RANK": "0"})
+    write_process(proc, 103, 102, ["/venv/bin/python3", "-u", "train.py"], {"RANK": "0", "LOCAL_RANK": "0"})  # a loader worker
+    write_process(proc, 104, 1, ["/bin/bash", "run.sh"], {"RANK": "0"})  # not Python: py-spy cannot read it
+    write_process(proc, 105, 1, ["python", "hvd.py"], {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0"})
+    (proc / "self").mkdir()
+    found = stackdump.find_training_processes(str(proc))
+    assert [(p.pid, p.rank, p.local_rank) for p in found] == [(102, 0, 0), (101, 1, 1), (105, 2, 0)]
+    assert stackdump.file_name(found[0]) == "rank0.py-spy.txt"
+
+
+def test_no_rank_here_is_exit_1_with_what_was_looked_for(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(stackdump, "find_training_processes", lambda: [])
+    code = main(["stacks", "--out", str(tmp_path / "d")])
+    assert code == 1
+    assert "no training process on this machine" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
+def test_without_py_spy_the_error_says_how_to_get_it(monkeypatch, capsys):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    assert main(["stacks"]) == 2
+    assert "py-spy is not installed: pip install py-spy" in capsys.readouterr().err
+
+
+@needs_pyspy
+@pytest.mark.parametrize("argv, message", [
+    (["--pid", "0"], "--pid must be a process id"),
+    (["--timeout", "0"], "--timeout must be more than 0"),
+    (["--pid", "999999999"], "no process 999999999 on this machine"),
+])
+def test_bad_arguments_are_exit_2(argv, message, capsys):
+    assert main(["stacks", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@needs_pyspy
+def test_an_out_folder_with_files_is_never_written_into(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["stacks", "--pid", str(os.getpid()), "--out", str(tmp_path)]) == 2
+    assert "exists and is not an empty folder" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+@needs_pyspy
+def test_a_process_py_spy_cannot_read_is_named_and_nothing_dumped_is_exit_2(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        done = run_cli(["stacks", "--pid", str(sleeper.pid), "--out", "d"], tmp_path)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert done.returncode == 2
+    assert f"(pid {sleeper.pid}):" in done.stderr and "no stack could be dumped (1 tried)" in done.stderr
+    assert list((tmp_path / "d").iterdir()) == []
