@@ -80,6 +80,13 @@ _GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|
 _GLOBAL_EXPLICIT = _lazy(r"\bRANK\b|get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\.rank\b|\bhvd_rank\b")
 _SPAWNED = _lazy(r"-- Process \d+ terminated with the following error|ProcessRaisedException|"
                       r"torch[/\\]multiprocessing[/\\]spawn\.py")
+# Python's own out-of-memory (host RAM, not the GPU's), raised in a child that multiprocessing's spawn or forkserver
+# start method is still setting up: CPython's Lib/multiprocessing/spawn.py _main (3.4-3.13) unpickles everything
+# the parent handed over, `self = reduction.pickle.load(from_parent)`, the process object with its target's
+# arguments (mp.spawn's, a DataLoader worker's copy of the dataset). Another copy per process did not fit.
+_HOST_OOM = _lazy(r"(?<![\w.])MemoryError\b")
+_SPAWN_CHILD = _lazy(r"\bpickle\.load\(from_parent\)|multiprocessing[/\\]spawn\.py\S*,? (?:line \d+, )?in "
+                     r"(?:spawn_main|_main)\b")
 LOOK_BACK = 150  # lines before an error line that may hold its traceback
 
 
@@ -91,6 +98,14 @@ def _frame_with(region: list[str], token: re.Pattern, path: re.Pattern | None = 
             continue
         near = line + " " + (region[i + 1] if i + 1 < len(region) else "")
         if token.search(near) and (path is None or path.search(line.replace("\\", "/"))):
+            return i
+    return None
+
+
+def _last_with(region: list[str], token: re.Pattern) -> int | None:
+    """Index of the last line of the region (a frame or its source line) that holds token."""
+    for i in range(len(region) - 1, -1, -1):
+        if token.search(region[i]):
             return i
     return None
 
@@ -140,6 +155,10 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
         if i is not None:
             out.append(Verdict("D15", "rule:fsdp-state-dict-load",
                                because(i, "rule:fsdp-state-dict-load", "raised while FSDP loaded a state dict")))
+    elif _HOST_OOM.search(error) and (i := _last_with(region, _SPAWN_CHILD)) is not None:
+        out.append(Verdict("D28", "rule:host-oom-unpickling-child", because(
+            i, "rule:host-oom-unpickling-child", "raised while a new process unpickled its copy of what its parent "
+            "holds (host RAM)")))
     if INVALID_ORDINAL.search(error):
         out.extend(_ordinal_rule(region, here, base))
     if _READY_TWICE.search(error) and (i := _frame_with(region, _REENTRANT)) is not None:
@@ -203,7 +222,7 @@ def zero_oom_hint(lines: list[str], file: str, first_line: int) -> Verdict | Non
 
 # --- every input -----------------------------------------------------------------------------------
 
-_TRIGGER = _lazy("|".join(r.pattern for r in (_OOM, _LOAD_MISMATCH, INVALID_ORDINAL, _READY_TWICE)))
+_TRIGGER = _lazy("|".join(r.pattern for r in (_OOM, _LOAD_MISMATCH, INVALID_ORDINAL, _READY_TWICE, _HOST_OOM)))
 MAX_ERRORS = 32  # error lines examined per input
 
 
