@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -173,3 +174,32 @@ def dump_stacks(pyspy: str, processes: list[TrainingProcess], timeout: float = D
 def file_name(process: TrainingProcess) -> str:
     """The dump's file name; the diagnosis reads the rank off it."""
     return f"rank{process.rank}.py-spy.txt" if process.rank is not None else f"pid{process.pid}.py-spy.txt"
+
+
+def new_folder(given: str | None = None) -> Path:
+    """The folder the dumps go to, created: the one given (new, or empty) or gpudoctor-stacks-<time> here.
+    Raises ValueError, saying why, for a path that holds files or cannot be made: dumps never go over files."""
+    folder = Path(given) if given else Path(f"gpudoctor-stacks-{time.strftime('%Y%m%d-%H%M%S')}")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"{folder}: exists and is not an empty folder; dumps are never written over files")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{folder}: cannot create it: {exc.strerror or exc}") from None
+    return folder
+
+
+def save(folder: Path, dumps: list[StackDump]) -> list[Path]:
+    """Write each dump that was taken as its own file (created, never replaced); the files, in order."""
+    written = []
+    for dump in dumps:
+        if dump.text is None:
+            continue
+        path = folder / file_name(dump.process)
+        if path.exists():  # two processes with one rank (two jobs on the node): keep both
+            path = folder / f"{path.name.split('.', 1)[0]}-pid{dump.process.pid}.py-spy.txt"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(dump.text)
+        written.append(path)
+    return written

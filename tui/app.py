@@ -7,6 +7,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.worker import Worker, WorkerState
 
+from gpudoctor.engine.display import clean_for_display
 from gpudoctor.tui.commands import GpuDoctorCommands
 from gpudoctor.tui.messages import WorkFailed
 from gpudoctor.tui.work import Cancelled
@@ -33,6 +34,7 @@ class GpuDoctorApp(App):
         Binding("ctrl+o", "open_logs", "Open log"),
         Binding("ctrl+r", "run_check", "Check", tooltip="run every probe on this machine"),
         Binding("ctrl+l", "lint_script", "Lint", tooltip="check a training script"),
+        Binding("ctrl+s", "dump_stacks", "Stacks", tooltip="where each rank of a job running here is stopped (py-spy)"),
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
     ]
 
@@ -106,6 +108,35 @@ class GpuDoctorApp(App):
                 self.open_logs(paths)
 
         self.push_screen(OpenScreen(Path.cwd()), opened)
+
+    def action_dump_stacks(self) -> None:
+        """Dump where each rank of a job running on this machine is stopped, then open the dumps' diagnosis."""
+        from gpudoctor.tui.work import background
+
+        def run() -> None:
+            from gpudoctor.probes import stackdump
+
+            pyspy = stackdump.py_spy()
+            if pyspy is None:
+                self.call_from_thread(self.notify, "py-spy is not installed: pip install py-spy", severity="error")
+                return
+            processes = stackdump.find_training_processes()
+            if not processes:
+                self.call_from_thread(self.notify, "no training process on this machine (no Python process here has "
+                                      "RANK, LOCAL_RANK or an MPI/SLURM rank; another user's need root)",
+                                      severity="warning", timeout=8)
+                return
+            self.call_from_thread(self.notify, f"dumping {len(processes)} rank(s) with py-spy…")
+            folder = stackdump.new_folder()
+            dumps = stackdump.dump_stacks(pyspy, processes)
+            for dump in dumps:
+                if dump.text is None:
+                    self.call_from_thread(self.notify, f"{dump.process.label}: {clean_for_display(dump.error)}",
+                                          severity="warning", timeout=8)
+            if stackdump.save(folder, dumps):
+                self.call_from_thread(self.open_logs, [str(folder)])
+
+        background(self, run, name="stacks")
 
     def action_run_check(self) -> None:
         self.run_probes(None)

@@ -11,6 +11,7 @@ class GpuDoctorCommands(Provider):
         app = self.app
         yield "Open logs…", app.action_open_logs, "pick a log file or a directory of per-rank logs, or paste text"
         yield "Run every probe (check)", app.action_run_check, "all probes on this machine, live"
+        yield "Dump the stacks of a running job", app.action_dump_stacks, "py-spy on each rank here, then the diagnosis"
         if app.lint_available:
             yield "Lint a training script…", app.action_lint_script, "its findings inline, each with its entry and fix"
         yield "Toggle dark / light theme", app.action_toggle_theme, "ctrl+t"

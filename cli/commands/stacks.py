@@ -1,9 +1,6 @@
 """`gpudoctor stacks`: dump where every rank of a hung job on this node is stopped (py-spy), then diagnose that."""
 from __future__ import annotations
 
-import os
-import time
-
 from gpudoctor.errors import EXIT_NOTHING, UserError
 
 HELP = "dump where each rank of a running (hung) job is stopped, and diagnose it"
@@ -39,6 +36,7 @@ def add_arguments(parser) -> None:
 
 def run(args, out) -> int:
     from gpudoctor.probes import stackdump
+    from gpudoctor.term import sanitize
 
     err = args.err
     if args.timeout <= 0:
@@ -61,10 +59,16 @@ def run(args, out) -> int:
                       "or an MPI/SLURM rank in its environment (another user's processes need root); "
                       "name them with --pid")
             return EXIT_NOTHING
-    folder = _folder(args.out)
+    try:
+        folder = stackdump.new_folder(args.out)
+    except ValueError as exc:
+        raise UserError(f"--out {exc}") from None
     err.write(f"dumping {len(processes)} process(es) with py-spy…")
     dumps = stackdump.dump_stacks(pyspy, processes, args.timeout)
-    written = _write(folder, dumps, err)
+    for dump in dumps:
+        if dump.text is None:
+            err.write(f"gpudoctor: warning: {dump.process.label} (pid {dump.process.pid}): {sanitize(dump.error)}")
+    written = stackdump.save(folder, dumps)
     if not written:
         raise UserError(f"no stack could be dumped ({len(dumps)} tried); the reasons are above")
     err.write(f"{len(written)} stack(s) saved in {folder}/")
@@ -73,35 +77,3 @@ def run(args, out) -> int:
     args.paths, args.tui, args.probe, args.script, args.cmd = [str(folder)], False, False, None, None
     args.engine, args.no_hyperscan, args.stdin = "auto", False, None
     return diagnose.run(args, out)
-
-
-def _folder(given: str | None):
-    from pathlib import Path
-
-    folder = Path(given) if given else Path(f"gpudoctor-stacks-{time.strftime('%Y%m%d-%H%M%S')}")
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise UserError(f"--out {folder}: exists and is not an empty folder; dumps are never written over files")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"--out {folder}: cannot create it: {exc.strerror or exc}") from None
-    return folder
-
-
-def _write(folder, dumps, err) -> list:
-    from gpudoctor.probes.stackdump import file_name
-    from gpudoctor.term import sanitize
-
-    written = []
-    for dump in dumps:
-        if dump.text is None:
-            err.write(f"gpudoctor: warning: {dump.process.label} (pid {dump.process.pid}): {sanitize(dump.error)}")
-            continue
-        path = folder / file_name(dump.process)
-        if path.exists():  # two processes with one rank (two jobs on the node): keep both
-            path = folder / f"{path.name.split('.', 1)[0]}-pid{dump.process.pid}.py-spy.txt"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(dump.text)
-        written.append(path)
-    return written

@@ -3,11 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -18,71 +15,17 @@ from gpudoctor.probes import stackdump
 ROOT = Path(__file__).resolve().parents[2]
 needs_pyspy = pytest.mark.skipif(stackdump.py_spy() is None, reason="py-spy is not installed")
 
-# rank 0 calls a barrier inside its checkpoint save, which only rank 0 runs; rank 1 waits in all_reduce.
-# Each rank writes a file just before its collective, so the test dumps them only once both are waiting.
-HUNG_JOB = """
-import os, sys
-from datetime import timedelta
-import torch, torch.distributed as dist
-
-def save_checkpoint(state, ready):
-    torch.save(state, os.path.join(sys.argv[1], "ckpt.pt"))
-    open(ready, "w").close()
-    dist.barrier()
-
-def main():
-    dist.init_process_group("gloo", timeout=timedelta(seconds=300))
-    rank = dist.get_rank()
-    ready = os.path.join(sys.argv[1], f"ready{rank}")
-    if rank == 0:
-        save_checkpoint({"w": torch.ones(2)}, ready)
-    open(ready, "w").close()
-    t = torch.ones(1)
-    dist.all_reduce(t)
-
-main()
-"""
-
-
 @pytest.fixture
 def hung_job(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(HUNG_JOB))
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        env.pop(name, None)
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                             str(script), str(tmp_path)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while not all((tmp_path / f"ready{r}").exists() for r in (0, 1)):
-            assert proc.poll() is None, "the job ended before hanging"
-            assert time.monotonic() < deadline, "the ranks never reached their collectives"
-            time.sleep(0.1)
-        time.sleep(0.5)  # from the file to the collective's wait
+    from hungjob import hung_job as start
+
+    with start(tmp_path) as proc:
         yield proc
-    finally:
-        _stop(proc, str(tmp_path))
-
-
-def _stop(proc: subprocess.Popen, marker: str) -> None:
-    """torchrun starts each rank in a session of its own: SIGTERM lets it stop them; whatever is left is killed."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for rank in stackdump.find_training_processes():
-        if marker in rank.command:
-            os.kill(rank.pid, signal.SIGKILL)
 
 
 def run_cli(argv, cwd):
-    env = dict(os.environ, NO_COLOR="1", COLUMNS="80")
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        env.pop(name, None)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    env.update(NO_COLOR="1", COLUMNS="80")
     return subprocess.run([sys.executable, "-m", "gpudoctor", *argv], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=120)
 

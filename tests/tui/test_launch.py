@@ -66,3 +66,4 @@ def test_json_is_refused_for_the_interactive_session():
         err = io.StringIO()
         assert main(argv, stdout=io.StringIO(), stderr=err) == 2
         assert "--json has no meaning in the interactive session" in err.getvalue()
+

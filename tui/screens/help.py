@@ -22,6 +22,10 @@ Findings are ranked with their tier (match / possible) and score.
 `p` runs its probes, `f` plans its fix with what the log gave away, `[` `]` switch per-rank files, `t` shows the rank timeline,
 `l` focuses the log (`↑ ↓ pgup pgdn home end`), `esc` cancels a running diagnosis.
 
+**Stacks** — `ctrl+s` dumps, with py-spy, where each rank of a job running on this
+machine is stopped, saves the dumps in a new `gpudoctor-stacks-<time>` folder and
+opens their diagnosis (a rank in a save while the others wait in a collective: D21).
+
 **Probes** — `ctrl+r` runs every probe on this machine; an entry's `p` runs its own.
 Rows fill in live; `esc` cancels and kills the probes' processes.
 `enter` on a row shows its evidence; the collectives probe draws busbw by size.
