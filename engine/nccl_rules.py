@@ -202,3 +202,37 @@ def first_collective_rule(text: str, file: str) -> list[Verdict]:
                                 (Evidence(file, first[0], first[1], "hint:first-collective-timeout"), why),
                                 score=0.45, tier="possible"))
     return verdicts
+
+
+# NCCL's debug prefix (src/debug.cc, 2.x: "%s:%d:%d [%d] " with the host name, pid, tid and cudaDev, the device index
+# as the process sees it). Several processes on one host, every one on the same index, share one GPU (D3), unless each
+# sees only its own GPU (CUDA_VISIBLE_DEVICES per rank, SLURM's --gpus-per-task): then NCCL's init lines
+# ("... cudaDev 0 busId 1b000 ...", init.cc) give different bus ids, and nothing is said.
+_PREFIX_DEVICE = _lazy(r"(?:^|[\s\]])([\w.-]{1,253}):(\d{1,10}):\d{1,10} \[(\d{1,3})\] NCCL (?:INFO|WARN)")
+_BUS_ID = _lazy(r"\bbusId ([0-9a-fA-F]{3,16})\b")
+SHARED_DEVICE_SCORE = 0.5
+
+
+def shared_device_rule(text: str, file: str) -> list[Verdict]:
+    """A possible D3 when NCCL's prefixes show two or more processes of one host all on the same CUDA device."""
+    if " NCCL " not in text:
+        return []
+    by_host: dict[str, dict[str, tuple[str, int, str]]] = {}
+    for line_no, line in lines_with(text, " NCCL "):
+        m = _PREFIX_DEVICE.search(line)
+        if m:
+            by_host.setdefault(m.group(1), {}).setdefault(m.group(2), (m.group(3), line_no, line))
+    for host, pids in by_host.items():
+        devices = {device for device, _, _ in pids.values()}
+        if len(pids) < 2 or len(devices) != 1:
+            continue
+        if len(set(_BUS_ID.findall(text))) > 1:
+            return []  # each process sees its own GPU as device 0
+        first, second = sorted(pids.values(), key=lambda p: p[1])[:2]
+        device = devices.pop()
+        why = Evidence(file, second[1], f"NCCL's line prefixes show {len(pids)} processes on {host}, every one on "
+                                        f"CUDA device {device}: they share one GPU", "because")
+        return [Verdict("D3", "hint:processes-share-a-device",
+                        (Evidence(file, first[1], first[2], "hint:processes-share-a-device"), why),
+                        score=SHARED_DEVICE_SCORE, tier="possible")]
+    return []

@@ -270,7 +270,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     (the lines after each traceback header) are read. dumps: name -> (text, rank) of stack dumps."""
     from gpudoctor.engine.ds_auto import auto_float_rule
     from gpudoctor.engine.init_wait import duplicate_rank_rule, init_wait_rule
-    from gpudoctor.engine.nccl_rules import coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule
+    from gpudoctor.engine.nccl_rules import (coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule,
+                                             shared_device_rule)
     from gpudoctor.engine.ds_no_sync import no_sync_rule
     from gpudoctor.engine.ordinal_rules import (accelerate_modulo_rule, device_list_rule, failed_local_rank_rule,
                                                 one_node_ordinal_rule, requested_devices_rule)
@@ -295,6 +296,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(coll_desync_rule(whole, scan.name))
             verdicts.extend(error_trace_rule(whole, scan.name))
             verdicts.extend(first_collective_rule(whole, scan.name))
+            verdicts.extend(shared_device_rule(whole, scan.name))
             verdicts.extend(shm_rules(whole, scan.name))
             verdicts.extend(device_rules(whole, scan.name))
             verdicts.extend(zero_setup_rule(whole, scan.name))
