@@ -17,9 +17,12 @@ from pathlib import Path
 from gpudoctor.engine.display import strip_ansi
 from gpudoctor.kb.record import record
 
-# the variables launchers give each rank: torchrun / deepspeed / accelerate, then MPI (Horovod, mpirun), then srun
+# the variables launchers give each rank: torchrun / deepspeed / accelerate, then MPI (Horovod, mpirun), then srun.
+# srun's SLURM_PROCID is also in the environment of a torchrun agent that srun started (one per node), and of its
+# workers: it names a rank only where no process here has a torch or MPI rank (srun starting the ranks itself).
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID")
+SCHEDULER_ONLY = ("SLURM_PROCID",)
 DUMP_TIMEOUT_S = 20.0
 PARALLEL = 8
 ERROR_CHARS = 300
@@ -103,6 +106,7 @@ def find_training_processes(proc_root: str = "/proc") -> list[TrainingProcess]:
         return []
     skip = _ours(proc)
     found: dict[int, tuple[TrainingProcess, int | None]] = {}
+    scheduler_only: set[int] = set()
     for pid in pids:
         if pid in skip:
             continue
@@ -115,8 +119,12 @@ def find_training_processes(proc_root: str = "/proc") -> list[TrainingProcess]:
         rank = _first_int(env, RANK_VARS)
         if rank is None:
             continue
+        if _first_int(env, [v for v in RANK_VARS if v not in SCHEDULER_ONLY]) is None:
+            scheduler_only.add(pid)
         found[pid] = (TrainingProcess(pid, rank, _first_int(env, LOCAL_RANK_VARS), " ".join(argv)),
                       _parent(pid, proc))
+    if len(scheduler_only) < len(found):  # torch or MPI ranks here: srun's own tasks are their launchers
+        found = {pid: v for pid, v in found.items() if pid not in scheduler_only}
     ranks = [p for pid, (p, parent) in found.items()
              if not (parent in found and found[parent][0].rank == p.rank)]
     return sorted(ranks, key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.pid))
@@ -177,9 +185,14 @@ def file_name(process: TrainingProcess) -> str:
 
 
 def new_folder(given: str | None = None) -> Path:
-    """The folder the dumps go to, created: the one given (new, or empty) or gpudoctor-stacks-<time> here.
-    Raises ValueError, saying why, for a path that holds files or cannot be made: dumps never go over files."""
-    folder = Path(given) if given else Path(f"gpudoctor-stacks-{time.strftime('%Y%m%d-%H%M%S')}")
+    """The folder the dumps go to, created: the one given (new, or empty; "{host}" in it becomes this machine's
+    name, for one command run on every node) or gpudoctor-stacks-<host>-<time> here. Raises ValueError, saying
+    why, for a path that holds files or cannot be made: dumps never go over files."""
+    import socket
+
+    host = socket.gethostname().split(".")[0] or "host"
+    name = given.replace("{host}", host) if given else f"gpudoctor-stacks-{host}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder = Path(name)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"{folder}: exists and is not an empty folder; dumps are never written over files")
     try:

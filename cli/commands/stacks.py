@@ -18,6 +18,9 @@ examples:
   gpudoctor stacks                       # every rank on this node
   gpudoctor stacks --pid 4121 --pid 4122 # these processes only
   gpudoctor stacks --out hang-node3/ --json
+  srun --overlap --jobid=4242 --ntasks-per-node=1 \\
+       gpudoctor stacks --out 'hang/{host}'  # each node of a SLURM job
+  gpudoctor diagnose hang/               # every node's dumps together
 
 exit codes: 0 a cause matched, 1 no rank found or nothing known, 2 py-spy
 missing, a bad --pid or no dump could be taken"""
@@ -26,7 +29,8 @@ missing, a bad --pid or no dump could be taken"""
 def add_arguments(parser) -> None:
     parser.add_argument("--pid", type=int, action="append", default=[], metavar="PID",
                         help="dump this process (repeatable) instead of finding the ranks")
-    parser.add_argument("--out", metavar="DIR", help="where the dumps go (default: a new folder here, named after the time)")
+    parser.add_argument("--out", metavar="DIR", help="where the dumps go, a new or empty folder; {host} becomes this "
+                        "machine's name (default: a new folder here, named after the host and the time)")
     parser.add_argument("--timeout", type=float, default=20.0, metavar="S",
                         help="seconds each dump may take (default 20)")
     parser.add_argument("--format", "-f", choices=("text", "json", "markdown"), default=None,

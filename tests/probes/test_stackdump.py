@@ -77,6 +77,27 @@ def test_one_process_per_rank_from_the_environment(tmp_path):
     assert stackdump.file_name(found[0]) == "rank0.py-spy.txt"
 
 
+def test_under_srun_the_torchrun_agent_is_not_a_rank_but_srun_s_own_tasks_are(tmp_path):
+    proc = tmp_path / "proc"
+    slurm = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+    write_process(proc, 200, 1, ["python3", "/venv/bin/torchrun", "--nnodes=2", "train.py"], slurm)
+    write_process(proc, 201, 200, ["python3", "-u", "train.py"], dict(slurm, RANK="0", LOCAL_RANK="0"))
+    write_process(proc, 202, 200, ["python3", "-u", "train.py"], dict(slurm, RANK="1", LOCAL_RANK="1"))
+    assert [(p.pid, p.rank) for p in stackdump.find_training_processes(str(proc))] == [(201, 0), (202, 1)]
+    other = tmp_path / "proc2"  # srun starts the ranks itself (Lightning under SLURM): SLURM_PROCID is the rank
+    write_process(other, 300, 1, ["python", "train.py"], {"SLURM_PROCID": "4", "SLURM_LOCALID": "0"})
+    write_process(other, 301, 1, ["python", "train.py"], {"SLURM_PROCID": "5", "SLURM_LOCALID": "1"})
+    assert [(p.pid, p.rank, p.local_rank) for p in stackdump.find_training_processes(str(other))] == [
+        (300, 4, 0), (301, 5, 1)]
+
+
+def test_host_in_out_becomes_this_machine_s_name(tmp_path):
+    import socket
+
+    folder = stackdump.new_folder(str(tmp_path / "hang" / "{host}"))
+    assert folder.name == socket.gethostname().split(".")[0] and folder.is_dir()
+
+
 def test_no_rank_here_is_exit_1_with_what_was_looked_for(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(stackdump, "find_training_processes", lambda: [])
     code = main(["stacks", "--out", str(tmp_path / "d")])
