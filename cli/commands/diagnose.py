@@ -210,6 +210,7 @@ def run(args, out) -> int:
         payload = to_json(result)
         if fix_plan is not None:
             emit_for_diagnosis(fix_plan, fmt, out, payload)
+        payload.update(getattr(args, "json_extra", None) or {})  # what a command that diagnoses for you adds
         print_json(out, payload)
     elif fmt == "markdown":
         from gpudoctor.report import render_markdown

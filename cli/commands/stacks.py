@@ -80,4 +80,10 @@ def run(args, out) -> int:
 
     args.paths, args.tui, args.probe, args.script, args.cmd = [str(folder)], False, False, None, None
     args.engine, args.no_hyperscan, args.stdin = "auto", False, None
+    args.json_extra = {"stacks": {
+        "folder": str(folder),
+        "dumped": [{"pid": d.process.pid, "rank": d.process.rank, "local_rank": d.process.local_rank,
+                    "file": str(path)} for d, path in zip([d for d in dumps if d.text is not None], written)],
+        "failed": [{"pid": d.process.pid, "rank": d.process.rank, "error": d.error} for d in dumps if d.text is None],
+    }}
     return diagnose.run(args, out)

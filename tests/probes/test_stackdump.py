@@ -45,6 +45,10 @@ def test_a_hung_job_s_ranks_are_found_dumped_and_named_d21(hung_job, tmp_path):
     assert sorted(p.name for p in (tmp_path / "dumps").iterdir()) == ["rank0.py-spy.txt", "rank1.py-spy.txt"]
     assert "save_checkpoint" in (tmp_path / "dumps" / "rank0.py-spy.txt").read_text()
     assert "2 stack(s) saved in" in done.stderr
+    stacks = report["stacks"]
+    assert stacks["folder"] == str(tmp_path / "dumps") and stacks["failed"] == []
+    assert [(d["pid"], d["rank"], d["local_rank"], Path(d["file"]).name) for d in stacks["dumped"]] == [
+        (ours[0].pid, 0, 0, "rank0.py-spy.txt"), (ours[1].pid, 1, 1, "rank1.py-spy.txt")]
 
 
 @needs_pyspy
