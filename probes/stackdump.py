@@ -1,5 +1,5 @@
 """Where each rank of a running job is stopped: find the training processes on this node and dump their Python
-stacks with py-spy, which reads a live process without stopping or changing it.
+stacks with py-spy, which pauses a live process for an instant to read it and changes nothing in it.
 
 A hung job's only evidence is often the frame each rank waits in (a rank-0-only save while the others sit in
 all_reduce is D21; ranks in different collectives, D19). The dumps are written as files the diagnosis reads.

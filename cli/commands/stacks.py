@@ -7,12 +7,12 @@ HELP = "dump where each rank of a running (hung) job is stopped, and diagnose it
 DESCRIPTION = """\
 While a job hangs, find its ranks on this machine (the Python processes whose
 environment holds RANK, LOCAL_RANK or an MPI/SLURM rank), dump each one's Python
-stack with py-spy at the same moment, without stopping or changing them, save
-the dumps as rank<N>.py-spy.txt in a folder, and diagnose that folder: a rank
-stopped in a save or eval function while the others wait in a collective is
-D21, ranks waiting in different collectives D19. Run it on each node of a
-multi-node job and diagnose the folders together. Needs py-spy
-(pip install py-spy) and permission to read the processes (their user, or root).
+stack with py-spy at the same moment (each is paused for an instant, nothing in
+it changes), save the dumps as rank<N>.py-spy.txt in a folder, and diagnose
+that folder: a rank stopped in a save or eval function while the others wait in
+a collective is D21, ranks waiting in different collectives D19. Run it on each
+node of a multi-node job and diagnose the folders together. Needs py-spy (pip
+install py-spy) and permission to read the processes (their user, or root).
 
 examples:
   gpudoctor stacks                       # every rank on this node
@@ -49,8 +49,8 @@ def run(args, out) -> int:
         raise UserError("--pid must be a process id (a positive number)")
     pyspy = stackdump.py_spy()
     if pyspy is None:
-        raise UserError("py-spy is not installed: pip install py-spy (it reads a running process's Python stack "
-                        "without stopping it)")
+        raise UserError("py-spy is not installed: pip install py-spy (it reads a running process's Python stack, "
+                        "pausing it for an instant)")
     if args.pid:
         try:
             processes = stackdump.processes_by_pid(sorted(set(args.pid)))
