@@ -1,5 +1,6 @@
-"""A real hung job for the tests: two gloo ranks under torchrun, rank 0 in a barrier inside its checkpoint save
-(which only rank 0 runs), rank 1 waiting in all_reduce. Stopped, ranks included, when the test ends."""
+"""Real hung jobs for the tests: two gloo ranks under torchrun. "rank0-save": rank 0 in a barrier inside its
+checkpoint save (which only rank 0 runs), rank 1 waiting in all_reduce (D21). "desync": rank 0 in all_reduce,
+rank 1 in broadcast (D19). Stopped, ranks included, when the test ends."""
 from __future__ import annotations
 
 import contextlib
@@ -33,14 +34,29 @@ def main():
 
 main()
 """
+DESYNC_JOB = """
+import os, sys
+from datetime import timedelta
+import torch, torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=timedelta(seconds=300))
+rank = dist.get_rank()
+t = torch.ones(4)
+open(os.path.join(sys.argv[1], f"ready{rank}"), "w").close()
+if rank == 0:
+    dist.all_reduce(t)
+else:
+    dist.broadcast(t, src=0)
+"""
+JOBS = {"rank0-save": HUNG_JOB, "desync": DESYNC_JOB}
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
 @contextlib.contextmanager
-def hung_job(folder):
+def hung_job(folder, kind: str = "rank0-save"):
     """The job, started in folder, once both ranks wait in their collectives."""
     script = folder / "train.py"
-    script.write_text(textwrap.dedent(HUNG_JOB))
+    script.write_text(textwrap.dedent(JOBS[kind]))
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARS}
     env["TMPDIR"] = str(folder)
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",

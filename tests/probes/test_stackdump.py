@@ -59,6 +59,19 @@ def test_without_pids_it_finds_the_ranks_itself(hung_job, tmp_path):
     assert (tmp_path / "dumps" / "rank0.py-spy.txt").is_file()
 
 
+@needs_pyspy
+def test_ranks_waiting_in_different_collectives_are_d19(tmp_path):
+    from hungjob import hung_job
+
+    with hung_job(tmp_path, "desync"):
+        done = run_cli(["stacks", "--out", "dumps", "--json"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    top = json.loads(done.stdout)["findings"][0]
+    assert (top["id"], top["tier"]) == ("D19", "match")
+    assert sorted(ev["text"].split(":")[0] for ev in top["evidence"]) == ["rank 0 stopped in all_reduce",
+                                                                          "rank 1 stopped in broadcast"]
+
+
 def write_process(proc: Path, pid: int, ppid: int, argv: list[str], env: dict[str, str]) -> None:
     d = proc / str(pid)
     d.mkdir(parents=True)
