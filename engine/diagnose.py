@@ -279,7 +279,10 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
     if not lines and not findings:  # no failure at all: what the structure hints at, then what the content reads like
         from gpudoctor.engine.context_guess import context_findings
 
-        readable = {s.name: texts[s.name] for s, scan in scans if s.name in texts and not scan.binary}
+        from gpudoctor.engine.stacks import is_pyspy_dump
+
+        readable = {s.name: texts[s.name] for s, scan in scans
+                    if s.name in texts and not scan.binary and not is_pyspy_dump(texts[s.name])}
         return (hinted + context_findings(catalog, readable, matched | {h.id for h in hinted}))[:LIMIT]
     if not lines and not hinted:
         return []  # a weak signature alone, with no failure in sight, is no reason to guess

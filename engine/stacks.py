@@ -35,6 +35,13 @@ def looks_like_dump(data: str) -> bool:
     return any(h in data for h in HINTS)
 
 
+def is_pyspy_dump(text: str) -> bool:
+    """The whole text is what `py-spy dump` writes ("Process N: cmd", "Python v3.x (path)", threads): a stack and
+    nothing else, whose words say nothing of a cause (the hang rules read its frames)."""
+    head = [line for line in text[:4096].splitlines() if line.strip()][:2]
+    return len(head) == 2 and bool(_PYSPY_PROCESS.match(head[0])) and head[1].startswith("Python v")
+
+
 def parse_stacks(text: str, name: str, rank_hint: int | None = None) -> list[ProcessStack]:
     """One stack per process in a dump: the thread stopped in a collective if any, else the main thread."""
     from gpudoctor.engine.prefix import parse_prefix

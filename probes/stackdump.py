@@ -164,7 +164,9 @@ def dump_stack(pyspy: str, process: TrainingProcess, timeout: float = DUMP_TIMEO
         return StackDump(process, None, f"could not run py-spy: {exc}")
     out = strip_ansi(done.stdout.decode(errors="replace"))
     if done.returncode != 0 or not out.strip():
-        err = strip_ansi(done.stderr.decode(errors="replace")).strip() or f"py-spy exited with code {done.returncode}"
+        lines = [line.strip() for line in strip_ansi(done.stderr.decode(errors="replace")).splitlines() if line.strip()]
+        # its first line says why; a Rust backtrace may follow ("Stack backtrace:")
+        err = lines[0].removeprefix("Error: ") if lines else f"py-spy exited with code {done.returncode}"
         if "permission" in err.lower():
             err += " (py-spy needs the process's own user, root, or kernel.yama.ptrace_scope=0)"
         return StackDump(process, None, err[:ERROR_CHARS])

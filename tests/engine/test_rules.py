@@ -941,3 +941,13 @@ Traceback (most recent call last):
     other = (text.replace("_checkpoint_tag_validation", "allreduce_gradients").replace("save_checkpoint", "step")
              .replace("max_bhash, op=dist.ReduceOp.MAX", "grad_buffer"))
     assert "D21" not in matches(run(catalog, other))
+
+
+def test_only_what_py_spy_writes_counts_as_a_bare_dump():
+    from gpudoctor.engine.stacks import is_pyspy_dump
+
+    dump = ("Process 6623: python -c import time; time.sleep(30)\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
+            "Thread 6623 (idle): \"MainThread\"\n    <module> (<string>:1)\n")
+    assert is_pyspy_dump(dump)
+    assert not is_pyspy_dump("[rank0]: step 10 loss 0.5\n" + dump)  # a log that holds a dump keeps its own words
+    assert not is_pyspy_dump("Process 12 terminated with signal SIGKILL\nTraceback (most recent call last):\n")

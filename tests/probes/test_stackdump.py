@@ -72,6 +72,23 @@ def test_ranks_waiting_in_different_collectives_are_d19(tmp_path):
                                                                           "rank 1 stopped in broadcast"]
 
 
+@needs_pyspy
+def test_a_process_that_waits_on_nothing_known_is_exit_1_without_word_guesses(tmp_path):
+    ready = tmp_path / "ready"
+    sleeper = subprocess.Popen([sys.executable, "-c", f"import time; open({str(ready)!r}, 'w').close(); "
+                                "time.sleep(120)"])
+    try:
+        while not ready.exists():
+            assert sleeper.poll() is None
+        done = run_cli(["stacks", "--pid", str(sleeper.pid), "--out", "d", "--json"], tmp_path)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["findings"] == []  # a stack's words ("Process", "Thread") are no evidence
+    assert (tmp_path / "d" / f"pid{sleeper.pid}.py-spy.txt").read_text().startswith(f"Process {sleeper.pid}: ")
+
+
 def write_process(proc: Path, pid: int, ppid: int, argv: list[str], env: dict[str, str]) -> None:
     d = proc / str(pid)
     d.mkdir(parents=True)
