@@ -7,8 +7,13 @@
 - CUDA_VISIBLE_DEVICES listing fewer GPUs than the --nproc_per_node on the same command line: more processes per
   node than GPUs it can see (D27), whoever starts them (a launcher, or a script that spawns its own).
 - accelerate's simple_launcher runs one process; when that process died by SIGKILL, the host ran out of memory for
-  one process, not for a copy per rank (D28 ruled out)."""
+  one process, not for a copy per rank (D28 ruled out).
+- The DeepSpeed launcher tearing the job down (its sigkill_handler killing the other ranks once one has ended) in
+  a log where no rank printed an error: the rank that ended said nothing, as a process killed by a signal does, and
+  the usual sender is the host's OOM killer (a possible D28)."""
 from __future__ import annotations
+
+import re
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
@@ -22,6 +27,12 @@ _VISIBLE = _lazy(r"\bCUDA_VISIBLE_DEVICES=['\"]?(\d+(?:,\d+)*)['\"]?\s.*?--nproc
 VISIBLE_SCORE = 0.6
 EXPLAINED_SCORE = 0.95  # the launch line explains the failure the log ends in: ahead of D3's reading of that failure
 _ONE_PROCESS_KILLED = _lazy(r"in simple_launcher\b[\s\S]{0,600}?died with <Signals\.SIGKILL: 9>")
+# deepspeed/launcher/launch.py sigkill_handler (0.3-0.16): logger.info(f"Killing subprocess {process.pid}") for every
+# rank, then logger.error(f"{cmd} exits with return code = {last_return_code}")
+_TEARDOWN = _lazy(r"sigkill_handler\W.*Killing subprocess \d+")
+_RETURN_CODE = _lazy(r"exits with return code = (-?\d+)")
+_RAISED = _lazy(r"Traceback \(most recent call last\)|^\W*(?:\w+\.)*\w*(?:Error|Exception)\b|\bError: ", re.MULTILINE)
+SILENT_TEARDOWN_SCORE = 0.5
 
 
 def literal_local_rank_rule(text: str, file: str) -> list:
@@ -82,3 +93,21 @@ def one_process_killed_rule(text: str, file: str) -> list:
     note = (f"not D28: line {line_no} is accelerate's simple_launcher, which starts one process; the host ran out of "
             "memory (or a kill -9 came) for that one process, not for a copy of the model per rank")
     return [Verdict("D28", "rule:one-process-killed", (here,), rule_out=True, note=note)]
+
+
+def silent_teardown_rule(text: str, file: str) -> list:
+    """A possible D28 when the DeepSpeed launcher killed the ranks after one ended and no rank printed an error."""
+    if "Killing subprocess" not in text:
+        return []
+    m = _TEARDOWN.search(text)
+    if m is None or _RAISED.search(text):
+        return []
+    codes = {int(c) for c in _RETURN_CODE.findall(text)}
+    if any(code > 0 for code in codes):
+        return []  # a rank exited with an error code of its own: it was not killed
+    line_no = text.count("\n", 0, m.start()) + 1
+    here = Evidence(file, line_no, text.splitlines()[line_no - 1], "hint:silent-rank-teardown")
+    why = Evidence(file, line_no, "the DeepSpeed launcher killed the ranks after one ended, and no rank printed an "
+                                  "error: a rank that dies without a word was killed by a signal, most often the "
+                                  "host's OOM killer", "because")
+    return [Verdict("D28", "hint:silent-rank-teardown", (here, why), score=SILENT_TEARDOWN_SCORE, tier="possible")]

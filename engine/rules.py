@@ -277,7 +277,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
                                                 one_node_ordinal_rule, requested_devices_rule)
     from gpudoctor.engine.nccl_tests import stopped_tests_rule
     from gpudoctor.engine.device_rules import device_rules
-    from gpudoctor.engine.launch_rules import literal_local_rank_rule, one_process_killed_rule, visible_devices_rule
+    from gpudoctor.engine.launch_rules import (literal_local_rank_rule, one_process_killed_rule, silent_teardown_rule,
+                                               visible_devices_rule)
     from gpudoctor.engine.gpu_table import stacked_processes_rule
     from gpudoctor.engine.port_rules import bind_errno_rule
     from gpudoctor.engine.shm_rules import shm_rules
@@ -316,6 +317,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(literal_local_rank_rule(whole, scan.name))
             verdicts.extend(visible_devices_rule(whole, scan.name))
             verdicts.extend(one_process_killed_rule(whole, scan.name))
+            verdicts.extend(silent_teardown_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

@@ -134,3 +134,30 @@ _ULTRA = ("Traceback (most recent call last):\n  File \"train.py\", line 4, in <
 def test_ultralytics_refusing_more_gpus_than_visible_is_d27(catalog, ids, count, d27):
     d = run(catalog, _ULTRA.format(ids=ids, count=count))
     assert (matches(d)[:1] == ["D27"]) is d27
+
+
+# deepspeed/launcher/launch.py sigkill_handler: "Killing subprocess {pid}" per rank, then "{cmd} exits with return
+# code = {code}", with DeepSpeed's "[date] [LEVEL] [file:line:function]" log prefix
+_TEARDOWN = ("[2023-12-05 10:57:26,696] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 2392\n"
+             "[2023-12-05 10:57:27,936] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 2393\n")
+_LOADED = "12/05/2023 10:57:26 - INFO - loader - trainable params: 21872640 || all params: 13918540800\n"
+
+
+def _teardown_hint(catalog, text):
+    d = run(catalog, text)
+    return [f.id for f in d.findings if any(ev.signature == "hint:silent-rank-teardown" for ev in f.evidence)]
+
+
+def test_a_teardown_after_a_silent_rank_is_a_possible_d28(catalog):
+    assert _teardown_hint(catalog, _LOADED * 2 + _TEARDOWN) == ["D28"]
+    d = run(catalog, _LOADED * 2 + _TEARDOWN)
+    assert possible(d)[0] == "D28" and not matches(d)
+
+
+def test_a_teardown_after_a_traceback_or_an_error_exit_says_nothing_of_d28(catalog):
+    raised = ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+              "ValueError: bad config\n")
+    assert _teardown_hint(catalog, raised + _TEARDOWN) == []
+    exited = _TEARDOWN + ("[2023-12-05 10:57:30,388] [ERROR] [launch.py:321:sigkill_handler] ['python', '-u', "
+                          "'train.py', '--local_rank=3'] exits with return code = 1\n")
+    assert _teardown_hint(catalog, exited) == []
