@@ -121,14 +121,42 @@ def kill_all() -> None:
         _signal_group(proc.pid, signal.SIGKILL)
 
 
-def _communicate(proc: subprocess.Popen, request: bytes, deadline: float) -> tuple[bytes, bytes, bool]:
-    """Feed stdin, drain stdout/stderr until EOF, the deadline, or the child's exit plus a short linger."""
-    out, err = bytearray(), bytearray()
+def open_pipes(proc: subprocess.Popen, out: bytearray, err: bytearray) -> selectors.BaseSelector:
+    """A selector over a child's stdin (to feed, without blocking), stdout (into out) and stderr (into err)."""
     sel = selectors.DefaultSelector()
     os.set_blocking(proc.stdin.fileno(), False)
     sel.register(proc.stdin, selectors.EVENT_WRITE)
     sel.register(proc.stdout, selectors.EVENT_READ, out)
     sel.register(proc.stderr, selectors.EVENT_READ, err)
+    return sel
+
+
+def pump(sel: selectors.BaseSelector, key, proc: subprocess.Popen, pending: memoryview, err: bytearray) -> memoryview:
+    """Serve one ready pipe: write more of pending to stdin (closing it once all is written), or read a chunk into
+    the buffer the pipe was registered with (keeping only stderr's tail). Returns what is left to write."""
+    if key.fileobj is proc.stdin:
+        try:
+            pending = pending[os.write(proc.stdin.fileno(), pending):]
+        except OSError:  # the child is gone before reading it all: its stderr says why
+            pending = pending[:0]
+        if not pending:
+            sel.unregister(proc.stdin)
+            proc.stdin.close()
+        return pending
+    chunk = os.read(key.fileobj.fileno(), 65536)
+    if not chunk:
+        sel.unregister(key.fileobj)
+    else:
+        key.data.extend(chunk)
+        if key.data is err:
+            del err[:-STDERR_KEEP]
+    return pending
+
+
+def _communicate(proc: subprocess.Popen, request: bytes, deadline: float) -> tuple[bytes, bytes, bool]:
+    """Feed stdin, drain stdout/stderr until EOF, the deadline, or the child's exit plus a short linger."""
+    out, err = bytearray(), bytearray()
+    sel = open_pipes(proc, out, err)
     pending = memoryview(request)
     exited_at = None
     try:
@@ -142,24 +170,7 @@ def _communicate(proc: subprocess.Popen, request: bytes, deadline: float) -> tup
                 break  # a grandchild holds the pipes open; _end_group sweeps it
             wait = min(deadline - now, 0.1 if exited_at is None else LINGER_S)
             for key, _ in sel.select(timeout=wait):
-                if key.fileobj is proc.stdin:
-                    try:
-                        written = os.write(proc.stdin.fileno(), pending)
-                        pending = pending[written:]
-                    except (BrokenPipeError, OSError):
-                        pending = pending[:0]
-                    if not pending:
-                        sel.unregister(proc.stdin)
-                        proc.stdin.close()
-                    continue
-                chunk = os.read(key.fileobj.fileno(), 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                elif key.data is err:
-                    err.extend(chunk)
-                    del err[:-STDERR_KEEP]
-                else:
-                    out.extend(chunk)
+                pending = pump(sel, key, proc, pending, err)
     finally:
         sel.close()
     return bytes(out), bytes(err), False

@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
-import selectors
 import signal
 import struct
 import subprocess
@@ -29,7 +28,6 @@ from gpudoctor.engine.sources import InputError
 CHILD = [sys.executable, "-m", "gpudoctor.tui.diagnose_child"]
 POLL_S = 0.1  # how often the parent looks at the cancel flag while the child works
 PROGRESS_EVERY_S = 0.1
-STDERR_KEEP = 16_384
 _HEADER = struct.Struct(">Q")
 
 _live: set[int] = set()  # process group ids of running children, killed if the TUI exits without cancelling
@@ -98,13 +96,11 @@ def diagnose_in_child(job: dict, *, cancelled: Callable[[], bool], progress: Cal
 
 
 def _talk(proc: subprocess.Popen, payload: bytes, cancelled, progress):
+    from gpudoctor.probes.runner import open_pipes, pump
+
     out, err = bytearray(), bytearray()
     pending = memoryview(payload)
-    sel = selectors.DefaultSelector()
-    os.set_blocking(proc.stdin.fileno(), False)
-    sel.register(proc.stdin, selectors.EVENT_WRITE)
-    sel.register(proc.stdout, selectors.EVENT_READ, out)
-    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    sel = open_pipes(proc, out, err)
     try:
         while True:
             if cancelled():
@@ -112,30 +108,14 @@ def _talk(proc: subprocess.Popen, payload: bytes, cancelled, progress):
             if proc.stdout not in sel.get_map():
                 break  # the child closed its result channel: it has said all it will
             for key, _ in sel.select(timeout=POLL_S):
-                if key.fileobj is proc.stdin:
-                    try:
-                        pending = pending[os.write(proc.stdin.fileno(), pending):]
-                    except OSError:  # the child died before reading its job; its stderr says why
-                        pending = pending[:0]
-                    if not pending:
-                        sel.unregister(proc.stdin)
-                        proc.stdin.close()
-                    continue
-                chunk = os.read(key.fileobj.fileno(), 1 << 16)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                elif key.data is err:
-                    err.extend(chunk)
-                    del err[:-STDERR_KEEP]
-                else:
-                    out.extend(chunk)
-                    for frame in _frames(out):
-                        if frame[0] == "progress":
-                            progress(frame[1])
-                        elif frame[0] == "done":
-                            return frame[1], frame[2]
-                        elif frame[0] == "input-error":
-                            raise InputError(frame[1])
+                pending = pump(sel, key, proc, pending, err)
+                for frame in _frames(out):
+                    if frame[0] == "progress":
+                        progress(frame[1])
+                    elif frame[0] == "done":
+                        return frame[1], frame[2]
+                    elif frame[0] == "input-error":
+                        raise InputError(frame[1])
     finally:
         sel.close()
     proc.wait()

@@ -115,9 +115,9 @@ def _alive(pid: int) -> bool:
         return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
-async def test_a_stuck_diagnosis_shows_progress_and_esc_kills_it_at_once(make, tmp_path, monkeypatch):
+def stuck_child(tmp_path, monkeypatch):
+    """The TUI's diagnosis child replaced by STUCK_CHILD; the file where it writes its pid and its grandchild's."""
     import sys
-    import time
 
     from gpudoctor.tui import diagnose_child
 
@@ -125,6 +125,13 @@ async def test_a_stuck_diagnosis_shows_progress_and_esc_kills_it_at_once(make, t
     script.write_text(STUCK_CHILD)
     monkeypatch.setattr(diagnose_child, "CHILD", [sys.executable, str(script)])
     monkeypatch.setenv("GPUDOCTOR_TEST_PIDS", str(pids))
+    return pids
+
+
+async def test_a_stuck_diagnosis_shows_progress_and_esc_kills_it_at_once(make, tmp_path, monkeypatch):
+    import time
+
+    pids = stuck_child(tmp_path, monkeypatch)
     path = tmp_path / "big.log"
     path.write_bytes(b"[rank0]: step 12 | loss 0.25 | nothing to see here at all\n" * 50_000)
     app = make()
@@ -302,15 +309,9 @@ async def test_a_log_gone_before_the_scan_is_named_not_reported_as_nothing_found
 
 
 async def test_quitting_during_a_stuck_diagnosis_leaves_no_process_behind(make, tmp_path, monkeypatch):
-    import sys
     import time
 
-    from gpudoctor.tui import diagnose_child
-
-    script, pids = tmp_path / "stuck.py", tmp_path / "pids"
-    script.write_text(STUCK_CHILD)
-    monkeypatch.setattr(diagnose_child, "CHILD", [sys.executable, str(script)])
-    monkeypatch.setenv("GPUDOCTOR_TEST_PIDS", str(pids))
+    pids = stuck_child(tmp_path, monkeypatch)
     path = tmp_path / "rank0.log"
     path.write_text("[rank0]: step 1 | loss 0.5\n")
     app = make()
