@@ -60,7 +60,7 @@ def run_probe(probe: Probe, options: Mapping | None = None, timeout_s: float | N
     try:
         out, err, timed_out = _communicate(proc, request.encode(), start + timeout)
     finally:
-        _end_group(proc)
+        end_group(proc)
         with _live_lock:
             _live.pop(proc.pid, None)
     duration = time.monotonic() - start
@@ -74,7 +74,7 @@ def run_probe(probe: Probe, options: Mapping | None = None, timeout_s: float | N
         pass
     code = proc.returncode
     if code is not None and code < 0:
-        message = f"the probe process died from {_signal_name(-code)}"
+        message = f"the probe process died from {signal_name(-code)}"
     else:
         message = f"the probe process exited with code {code} and no result"
     return errored(message, tail).with_run(probe.id, duration)
@@ -118,7 +118,7 @@ def kill_all() -> None:
     with _live_lock:
         procs = list(_live.values())
     for proc in procs:
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
 
 
 def open_pipes(proc: subprocess.Popen, out: bytearray, err: bytearray) -> selectors.BaseSelector:
@@ -167,7 +167,7 @@ def _communicate(proc: subprocess.Popen, request: bytes, deadline: float) -> tup
             if exited_at is None and _has_exited(proc.pid):
                 exited_at = now
             if exited_at is not None and now - exited_at > LINGER_S:
-                break  # a grandchild holds the pipes open; _end_group sweeps it
+                break  # a grandchild holds the pipes open; end_group sweeps it
             wait = min(deadline - now, 0.1 if exited_at is None else LINGER_S)
             for key, _ in sel.select(timeout=wait):
                 pending = pump(sel, key, proc, pending, err)
@@ -184,15 +184,15 @@ def _has_exited(pid: int) -> bool:
         return True
 
 
-def _end_group(proc: subprocess.Popen) -> None:
+def end_group(proc: subprocess.Popen) -> None:
     """Stop the child and everything in its process group, then reap the child."""
     if not _has_exited(proc.pid):
-        _signal_group(proc.pid, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
         stop = time.monotonic() + GRACE_S
         while time.monotonic() < stop and not _has_exited(proc.pid):
             time.sleep(0.02)
     # Always sweep: ranks or commands the probe started may outlive it. The unreaped leader keeps the id ours.
-    _signal_group(proc.pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL)
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         try:
             if stream:
@@ -202,14 +202,14 @@ def _end_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _signal_name(number: int) -> str:
+def signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
     except ValueError:

@@ -134,36 +134,20 @@ def _frames(buffer: bytearray):
 
 
 def _how_it_ended(code: int | None, err: bytes) -> str:
-    if code is not None and code < 0:
-        try:
-            how = f"died from {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"died from signal {-code}"
-    else:
-        how = f"exited with code {code} and no result"
+    from gpudoctor.probes.runner import signal_name
+
+    how = f"died from {signal_name(-code)}" if code is not None and code < 0 else f"exited with code {code} and no result"
     lines = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
     return f"the diagnosis process {how}" + (f": {lines[-1].strip()[:200]}" if lines else "")
 
 
 def _end(proc: subprocess.Popen) -> None:
-    """Kill the child's process group (its scan workers too) and reap it; the group id is ours until then."""
-    _kill_group(proc.pid)
-    for stream in (proc.stdin, proc.stdout, proc.stderr):
-        try:
-            if stream:
-                stream.close()
-        except OSError:
-            pass
-    proc.wait()
+    """Stop the child and its process group (its scan workers too), reap it, and forget it."""
+    from gpudoctor.probes.runner import end_group
+
+    end_group(proc)
     with _live_lock:
         _live.discard(proc.pid)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @atexit.register
@@ -172,7 +156,10 @@ def _kill_live() -> None:
     with _live_lock:
         groups = list(_live)
     for pgid in groups:
-        _kill_group(pgid)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 # --- the child side ---------------------------------------------------------------------------------------
