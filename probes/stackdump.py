@@ -98,7 +98,8 @@ def _ours(proc: Path) -> set[int]:
 
 def find_training_processes(proc_root: str = "/proc") -> list[TrainingProcess]:
     """Python processes on this machine whose environment gives them a rank, one per rank: a data-loader worker
-    (a child with its parent's rank) is left out. Ordered by rank, then pid."""
+    (a child with its parent's rank) is left out. Ordered by rank, then pid. Read from /proc: none without it
+    (macOS), where the ranks are named with --pid."""
     proc = Path(proc_root)
     try:
         pids = [int(p.name) for p in proc.iterdir() if p.name.isdigit()]
@@ -136,12 +137,23 @@ def processes_by_pid(pids: list[int], proc_root: str = "/proc") -> list[Training
     proc = Path(proc_root)
     chosen = []
     for pid in pids:
-        if not (proc / str(pid)).is_dir():
+        exists = (proc / str(pid)).is_dir() if proc.is_dir() else _running(pid)  # no /proc (macOS): ask the kernel
+        if not exists:
             raise ValueError(f"no process {pid} on this machine")
         env = _environ(pid, proc) or {}
         chosen.append(TrainingProcess(pid, _first_int(env, RANK_VARS), _first_int(env, LOCAL_RANK_VARS),
                                       " ".join(_command(pid, proc))))
     return chosen
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it exists
+        return True
+    return True
 
 
 def py_spy() -> str | None:

@@ -132,6 +132,14 @@ def test_host_in_out_becomes_this_machine_s_name(tmp_path):
     assert folder.name == socket.gethostname().split(".")[0] and folder.is_dir()
 
 
+def test_without_proc_a_pid_is_checked_by_signal_0(tmp_path):
+    no_proc = str(tmp_path / "no-proc")  # macOS has no /proc: the pid is still checked, its rank unknown
+    assert [(p.pid, p.rank) for p in stackdump.processes_by_pid([os.getpid()], no_proc)] == [(os.getpid(), None)]
+    with pytest.raises(ValueError, match="no process 999999999 on this machine"):
+        stackdump.processes_by_pid([999999999], no_proc)
+    assert stackdump.find_training_processes(no_proc) == []
+
+
 def test_no_rank_here_is_exit_1_with_what_was_looked_for(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(stackdump, "find_training_processes", lambda: [])
     code = main(["stacks", "--out", str(tmp_path / "d")])
