@@ -1,4 +1,5 @@
-"""The installed `gpudoctor` driven under tmux: launch, search, open an entry, load a log (typed and piped), quit."""
+"""The installed `gpudoctor` driven under tmux: launch, search, open an entry, load a log (typed and piped), dump a
+hung job's stacks, quit."""
 from __future__ import annotations
 
 import os
@@ -29,8 +30,8 @@ class Tmux:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, env=self.env,
                               timeout=30).stdout
 
-    def start(self, command: str) -> None:
-        self.tmux("new-session", "-d", "-s", "gd", "-x", "100", "-y", "30", "-c", str(ROOT),
+    def start(self, command: str, cwd: Path = ROOT) -> None:
+        self.tmux("new-session", "-d", "-s", "gd", "-x", "100", "-y", "30", "-c", str(cwd),
                   f"{command}; echo EXITED=$?; sleep 30")
 
     def keys(self, *keys: str) -> None:
@@ -105,3 +106,22 @@ def test_diagnose_tui_opens_on_the_results(tmux):
     tmux.keys("t")  # the rank timeline toggles
     tmux.keys("C-q")
     tmux.wait_for("EXITED=0")
+
+
+def test_ctrl_s_on_a_hung_job_shows_where_its_ranks_wait(tmux, tmp_path):
+    from hungjob import hung_job
+
+    from gpudoctor.probes import stackdump
+
+    if stackdump.py_spy() is None:
+        pytest.skip("py-spy is not installed")
+    with hung_job(tmp_path):
+        tmux.start(shlex.quote(str(BIN)), cwd=tmp_path)  # the dumps' folder is made in the working directory
+        tmux.wait_for("describe what you see")
+        tmux.keys("C-s")
+        tmux.wait_for("D21", "Collective inside", timeout=60)
+        tmux.keys("C-q")
+        tmux.wait_for("EXITED=0")
+    folders = list(tmp_path.glob("gpudoctor-stacks-*"))
+    assert len(folders) == 1 and sorted(p.name for p in folders[0].iterdir()) == ["rank0.py-spy.txt",
+                                                                                   "rank1.py-spy.txt"]
