@@ -227,7 +227,7 @@ def shared_device_rule(text: str, file: str) -> list[Verdict]:
         if len(pids) < 2 or len(devices) != 1:
             continue
         if len(set(_BUS_ID.findall(text))) > 1:
-            return []  # each process sees its own GPU as device 0
+            break  # each process sees its own GPU as device 0 (the bus ids are the whole log's: one look decides)
         first, second = sorted(pids.values(), key=lambda p: p[1])[:2]
         device = devices.pop()
         why = Evidence(file, second[1], f"NCCL's line prefixes show {len(pids)} processes on {host}, every one on "

@@ -110,14 +110,6 @@ def _last_with(region: list[str], token: re.Pattern) -> int | None:
     return None
 
 
-def _optimizer_state_line(region: list[str]) -> int | None:
-    """Index of the last frame or source line of the optimizer building or updating its moment estimates."""
-    for i in range(len(region) - 1, -1, -1):
-        if _OPTIM_STATE.search(region[i]):
-            return i
-    return None
-
-
 def _clean(text: str) -> str:
     return " ".join(text.replace("│", " ").split())[:300]
 
@@ -146,7 +138,7 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
             out.append(Verdict("D12", "hint:oom-gathering-fsdp-unit", because(
                 i, "hint:oom-gathering-fsdp-unit", "raised while FSDP gathered one unit's full parameters"),
                 score=0.55, tier="possible"))
-        if not out and (i := _optimizer_state_line(region)) is not None:
+        if not out and (i := _last_with(region, _OPTIM_STATE)) is not None:
             out.append(Verdict("D16", "hint:oom-in-optimizer-state", because(
                 i, "hint:oom-in-optimizer-state", "raised while the optimizer allocated or updated its moment estimates"),
                 score=0.5, tier="possible"))

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 from typing import Mapping
 
-from gpudoctor.probes import hostinfo
+from gpudoctor.probes import hostinfo, procfs
 from gpudoctor.probes.base import Result, confirmed, inconclusive, ruled_out
 
 DEFAULT_PORT = 29500  # torchrun's and torch.distributed's default MASTER_PORT
@@ -132,25 +132,12 @@ def _with_proc(port: int) -> list[tuple[int, str]]:
 
 
 def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    return " ".join(procfs.command(pid))
 
 
 def _launcher_among(holders: list[tuple[int, str]]) -> int | None:
     """A holder that is one of our ancestors: torchrun's agent holds MASTER_PORT for its workers."""
-    ancestors, pid = set(), os.getppid()
-    for _ in range(16):
-        if pid <= 1:
-            break
-        ancestors.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
+    ancestors = procfs.ancestors(os.getppid(), limit=16)
     for pid, _ in holders:
         if pid in ancestors:
             return pid

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpudoctor.engine.display import strip_ansi
 from gpudoctor.kb.record import record
+from gpudoctor.probes import procfs
 
 # the variables launchers give each rank: torchrun / deepspeed / accelerate, then MPI (Horovod, mpirun), then srun.
 # srun's SLURM_PROCID is also in the environment of a torchrun agent that srun started (one per node), and of its
@@ -47,34 +48,6 @@ class StackDump:
     error: str | None = None
 
 
-def _environ(pid: int, proc: Path) -> dict[str, str] | None:
-    try:
-        raw = (proc / str(pid) / "environ").read_bytes()
-    except OSError:  # gone, or another user's process
-        return None
-    env = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep:
-            env[key.decode(errors="replace")] = value.decode(errors="replace")
-    return env
-
-
-def _command(pid: int, proc: Path) -> list[str]:
-    try:
-        return [a.decode(errors="replace") for a in (proc / str(pid) / "cmdline").read_bytes().split(b"\0") if a]
-    except OSError:
-        return []
-
-
-def _parent(pid: int, proc: Path) -> int | None:
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _first_int(env: dict[str, str], names) -> int | None:
     for name in names:
         value = env.get(name, "").strip()
@@ -87,15 +60,6 @@ def _is_python(argv: list[str]) -> bool:
     return bool(argv) and os.path.basename(argv[0]).startswith(("python", "pypy"))
 
 
-def _ours(proc: Path) -> set[int]:
-    """This process and its ancestors: gpudoctor run from inside the job's environment is not a rank."""
-    mine, pid = set(), os.getpid()
-    while pid and pid not in mine:
-        mine.add(pid)
-        pid = _parent(pid, proc) or 0
-    return mine
-
-
 def find_training_processes(proc_root: str = "/proc") -> list[TrainingProcess]:
     """Python processes on this machine whose environment gives them a rank, one per rank: a data-loader worker
     (a child with its parent's rank) is left out. Ordered by rank, then pid. Read from /proc: none without it
@@ -105,16 +69,16 @@ def find_training_processes(proc_root: str = "/proc") -> list[TrainingProcess]:
         pids = [int(p.name) for p in proc.iterdir() if p.name.isdigit()]
     except OSError:
         return []
-    skip = _ours(proc)
+    skip = procfs.ancestors(os.getpid(), proc)  # gpudoctor run from inside the job's environment is not a rank
     found: dict[int, tuple[TrainingProcess, int | None]] = {}
     scheduler_only: set[int] = set()
     for pid in pids:
         if pid in skip:
             continue
-        argv = _command(pid, proc)
+        argv = procfs.command(pid, proc)
         if not _is_python(argv):
             continue
-        env = _environ(pid, proc)
+        env = procfs.environ(pid, proc)
         if env is None:
             continue
         rank = _first_int(env, RANK_VARS)
@@ -123,7 +87,7 @@ def find_training_processes(proc_root: str = "/proc") -> list[TrainingProcess]:
         if _first_int(env, [v for v in RANK_VARS if v not in SCHEDULER_ONLY]) is None:
             scheduler_only.add(pid)
         found[pid] = (TrainingProcess(pid, rank, _first_int(env, LOCAL_RANK_VARS), " ".join(argv)),
-                      _parent(pid, proc))
+                      procfs.parent(pid, proc))
     if len(scheduler_only) < len(found):  # torch or MPI ranks here: srun's own tasks are their launchers
         found = {pid: v for pid, v in found.items() if pid not in scheduler_only}
     ranks = [p for pid, (p, parent) in found.items()
@@ -140,9 +104,9 @@ def processes_by_pid(pids: list[int], proc_root: str = "/proc") -> list[Training
         exists = (proc / str(pid)).is_dir() if proc.is_dir() else _running(pid)  # no /proc (macOS): ask the kernel
         if not exists:
             raise ValueError(f"no process {pid} on this machine")
-        env = _environ(pid, proc) or {}
+        env = procfs.environ(pid, proc) or {}
         chosen.append(TrainingProcess(pid, _first_int(env, RANK_VARS), _first_int(env, LOCAL_RANK_VARS),
-                                      " ".join(_command(pid, proc))))
+                                      " ".join(procfs.command(pid, proc))))
     return chosen
 
 
@@ -152,7 +116,7 @@ def _running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's: it exists
-        return True
+        pass
     return True
 
 
@@ -216,8 +180,8 @@ def new_folder(given: str | None = None) -> Path:
     return folder
 
 
-def save(folder: Path, dumps: list[StackDump]) -> list[Path]:
-    """Write each dump that was taken as its own file (created, never replaced); the files, in order."""
+def save(folder: Path, dumps: list[StackDump]) -> list[tuple[StackDump, Path]]:
+    """Write each dump that was taken as its own file (created, never replaced); (dump, file) pairs, in order."""
     written = []
     for dump in dumps:
         if dump.text is None:
@@ -228,5 +192,5 @@ def save(folder: Path, dumps: list[StackDump]) -> list[Path]:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(dump.text)
-        written.append(path)
+        written.append((dump, path))
     return written

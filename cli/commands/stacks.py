@@ -83,7 +83,7 @@ def run(args, out) -> int:
     args.json_extra = {"stacks": {
         "folder": str(folder),
         "dumped": [{"pid": d.process.pid, "rank": d.process.rank, "local_rank": d.process.local_rank,
-                    "file": str(path)} for d, path in zip([d for d in dumps if d.text is not None], written)],
+                    "file": str(path)} for d, path in written],
         "failed": [{"pid": d.process.pid, "rank": d.process.rank, "error": d.error} for d in dumps if d.text is None],
     }}
     return diagnose.run(args, out)
