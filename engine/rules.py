@@ -70,7 +70,7 @@ _DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|
                           r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(|"
                           r"cuda\.Device\s*\(|cuda\.select_device\s*\(")  # CuPy, Numba
 _PASSTHROUGH = _lazy(r"_cuda_setDevice\(|(?:set_device|get_device_properties|get_device_name|get_device_capability)"
-                          r"\(\s*(?:device|self\.device|dev|d)\s*\)")
+                          r"\(\s*(?:device|self\.device|dev|d|device_index)\s*\)")
 # (gpu_id, not gpu_ids: a list of GPU ids from the options is a configured device, not a per-node process index)
 _LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id\b|"
                           r"args\.gpu\b|local_device")
@@ -78,6 +78,14 @@ _GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|
                            r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\bhvd[._]rank\b")  # Horovod
 # a bare `rank` is only known to be global when nothing says otherwise: under mp.spawn it is usually the spawn index
 _GLOBAL_EXPLICIT = _lazy(r"\bRANK\b|get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\.rank\b|\bhvd_rank\b")
+# library code that picks the device by the process's local index and then sets it, so that an invalid ordinal raised
+# inside means more processes on the node than GPUs it can see: accelerate's PartialState (0.x: __init__ or
+# set_device, `torch.device("cuda", self.local_process_index)`; 1.x takes it modulo the device count and cannot raise
+# it), transformers' TrainingArguments._setup_devices (4.x: `torch.device("cuda", self.local_rank)` or PartialState's
+# device), DeepSpeed's engine (_set_distributed_vars: `set_device(device_rank)`, the local rank unless args say)
+_LIB_LOCAL_DEVICE = _lazy(r"accelerate[/\\]state\.py\S*,? line \d+, in (?:set_device|__init__)\b|"
+                          r"transformers[/\\]training_args\.py\S*,? line \d+, in _setup_devices\b|"
+                          r"deepspeed[/\\]runtime[/\\]engine\.py\S*,? line \d+, in _set_distributed_vars\b")
 _SPAWNED = _lazy(r"-- Process \d+ terminated with the following error|ProcessRaisedException|"
                       r"torch[/\\]multiprocessing[/\\]spawn\.py")
 # Python's own out-of-memory (host RAM, not the GPU's), raised in a child that multiprocessing's spawn or forkserver
@@ -166,6 +174,10 @@ def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]
     """invalid device ordinal: the global rank as a device index is D3; the local rank means too few GPUs."""
     for i in range(len(region) - 2, -1, -1):  # the call nearest the error that still shows which number it passed
         src = region[i]
+        if _LIB_LOCAL_DEVICE.search(src) or (i and _LIB_LOCAL_DEVICE.search(region[i - 1])):  # the frame or its source
+            return _too_many_ranks("rule:ordinal-in-library-local-device", here, base + i, _clean(src),
+                                   "the local process index", "processes",
+                                   " (the library sets cuda:<its local index>)")
         m = _DEVICE_CALL.search(src)
         if not m or _PASSTHROUGH.search(src) or _FRAMEISH.search(src):
             continue
