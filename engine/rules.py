@@ -174,10 +174,11 @@ def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]
     """invalid device ordinal: the global rank as a device index is D3; the local rank means too few GPUs."""
     for i in range(len(region) - 2, -1, -1):  # the call nearest the error that still shows which number it passed
         src = region[i]
-        if _LIB_LOCAL_DEVICE.search(src) or (i and _LIB_LOCAL_DEVICE.search(region[i - 1])):  # the frame or its source
-            return _too_many_ranks("rule:ordinal-in-library-local-device", here, base + i, _clean(src),
-                                   "the local process index", "processes",
-                                   " (the library sets cuda:<its local index>)")
+        lib = _LIB_LOCAL_DEVICE.search(src) or (_LIB_LOCAL_DEVICE.search(region[i - 1]) if i else None)
+        if lib:  # the library's frame, or the source line under it
+            at = i if lib.string is src else i - 1
+            return _too_many_ranks("rule:ordinal-in-library-local-device", here, base + at,
+                                   lib.group(0).replace('"', ""), "the local process index", "processes")
         m = _DEVICE_CALL.search(src)
         if not m or _PASSTHROUGH.search(src) or _FRAMEISH.search(src):
             continue
