@@ -288,6 +288,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.port_rules import bind_errno_rule
     from gpudoctor.engine.shm_rules import shm_rules
     from gpudoctor.engine.slow_step import slow_step_rule
+    from gpudoctor.engine.stall_rules import rank_zero_alone_rule
 
     verdicts: list[Verdict] = []
     texts = {name: unwrapped(text) for name, text in (texts or {}).items()}
@@ -323,6 +324,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(visible_devices_rule(whole, scan.name))
             verdicts.extend(one_process_killed_rule(whole, scan.name))
             verdicts.extend(silent_teardown_rule(whole, scan.name))
+            verdicts.extend(rank_zero_alone_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)
