@@ -158,3 +158,34 @@ def requested_devices_rule(text: str, file: str) -> list:
     why = Evidence(file, line_at(text, count.start())[0],
                    f"{len(ids)} GPU(s) requested ({m.group(1).strip()}) where torch sees {visible}", "because")
     return [Verdict("D27", "rule:requested-devices-past-count", (here, why), score=0.8)]
+
+
+# NCCL's refusal of two ranks on one GPU (src/init.cc, 2.4-2.2x), after the debug prefix (src/debug.cc:
+# "host:pid:tid [cudaDev]") that names the host: "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000"
+_DUPLICATE = _lazy(r"(?:^|[\s\]])([\w.-]{1,253}):\d{1,10}:\d{1,10} \[\d{1,3}\] (?:\S+ )?NCCL WARN Duplicate GPU detected ?: "
+                   r"rank \d+ and rank \d+ both on CUDA device (?:0x)?([0-9a-fA-F]{1,16})")
+
+
+def spread_duplicates_rule(text: str, file: str) -> list:
+    """D27 (and D3 ruled out) when NCCL refused shared GPUs on one host for two or more different GPUs. Ranks that all
+    landed on the first GPU (D3) share one device; several devices each shared by two ranks mean the ranks were spread
+    over every GPU the host shows and wrapped around: the host runs more ranks than it has GPUs."""
+    if "Duplicate GPU" not in text:
+        return []
+    buses: dict[str, dict[str, int]] = {}  # host -> bus id -> offset of its first warning
+    for m in _DUPLICATE.finditer(text):
+        buses.setdefault(m.group(1), {}).setdefault(m.group(2).lower(), m.start(2))
+    host, seen = next(((h, b) for h, b in buses.items() if len(b) >= 2), (None, None))
+    if host is None:
+        return []
+    from gpudoctor.engine.textfind import line_at
+
+    first = min(seen.values())
+    here = Evidence(file, *line_at(text, first), "rule:duplicate-gpu-on-several-devices")
+    ids = ", ".join(sorted(seen)[:6])
+    why = Evidence(file, here.line, f"on {host}, NCCL found ranks sharing {len(seen)} different GPUs (bus ids {ids})",
+                   "because")
+    note = (f"not D3: on {host} the shared GPUs are {len(seen)} different devices, not every rank on the first one; "
+            "ranks spread over all the GPUs and wrapped around, so the host runs more ranks than GPUs (D27)")
+    return [Verdict("D3", "rule:duplicate-gpu-on-several-devices", (here,), rule_out=True, note=note),
+            Verdict("D27", "rule:duplicate-gpu-on-several-devices", (here, why), score=0.9)]
