@@ -359,14 +359,20 @@ def merge(entries: dict, findings: list[Finding], verdicts: list[Verdict]) -> tu
     """Findings with the rules folded in (new ones added, evidence joined, ruled-out ones dropped), and notes."""
     by_id = {f.id: f for f in findings}
     notes: list[str] = []
+    noted: set[tuple[str, str, bool]] = set()  # one note per rule and entry: a second traceback says it again
+
+    def note(v: Verdict) -> None:
+        if v.note and v.note not in notes and (v.rule, v.entry, v.rule_out) not in noted:
+            noted.add((v.rule, v.entry, v.rule_out))
+            notes.append(v.note)
+
     ruled_out = {v.entry for v in verdicts if v.rule_out}
     confirmed = {v.entry for v in verdicts if not v.rule_out and v.tier == "match"}
     for v in verdicts:
         if v.tier != "match":
             continue
         if v.rule_out and v.entry not in confirmed:
-            if v.note and v.note not in notes:
-                notes.append(v.note)
+            note(v)
             continue
         if v.rule_out or v.entry not in entries:
             continue
@@ -380,8 +386,7 @@ def merge(entries: dict, findings: list[Finding], verdicts: list[Verdict]) -> tu
             evidence = tuple(dict.fromkeys(v.evidence + f.evidence))[:8]
             sigs = f.signatures + ((v.rule,) if v.rule not in f.signatures else ())
             by_id[v.entry] = replace(f, score=max(f.score, v.score), evidence=evidence, signatures=sigs)
-        if v.note and v.note not in notes:  # what the structure says about how this entry came about
-            notes.append(v.note)
+        note(v)  # what the structure says about how this entry came about
     for eid in ruled_out - confirmed:
         by_id.pop(eid, None)
     out = list(by_id.values())

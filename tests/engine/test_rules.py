@@ -951,3 +951,16 @@ def test_only_what_py_spy_writes_counts_as_a_bare_dump():
     assert is_pyspy_dump(dump)
     assert not is_pyspy_dump("[rank0]: step 10 loss 0.5\n" + dump)  # a log that holds a dump keeps its own words
     assert not is_pyspy_dump("Process 12 terminated with signal SIGKILL\nTraceback (most recent call last):\n")
+
+
+def test_a_rule_that_fires_on_two_tracebacks_notes_its_ruling_once(catalog):
+    """Two ranks raising the same invalid ordinal inside accelerate's PartialState: D27 with both error lines as
+    evidence, and the "not D3" note told once, not once per traceback."""
+    one = (f'Traceback (most recent call last):\n  File "train.py", line 9, in <module>\n    acc = Accelerator()\n'
+           f'  File "{SP}/accelerate/state.py", line 147, in __init__\n    torch.cuda.set_device(self.device)\n'
+           f'  File "{SP}/torch/cuda/__init__.py", line 350, in set_device\n    torch._C._cuda_setDevice(device)\n'
+           'RuntimeError: CUDA error: invalid device ordinal\n')
+    d = run(catalog, one + one)
+    assert matches(d) == ["D27"]
+    assert len([e for e in d.findings[0].evidence if "invalid device ordinal" in e.text]) == 2
+    assert len([n for n in d.notes if n.startswith("not D3")]) == 1
