@@ -1,6 +1,11 @@
-"""An invalid device ordinal on a job the log shows ran on one node: more processes than GPUs (D27), not D3.
+"""An invalid device ordinal, and which cause it points to: more processes on a node than GPUs (D27) or a device
+chosen by the global rank (D3).
 
-On one node torchrun, torch.distributed.launch, accelerate and the deepspeed launcher give every process a global
+From the traceback (`ordinal_rule`, called by rules.region_rules for each invalid-ordinal error): the device call
+nearest the error and the index it passed (the local rank, mp.spawn's index, the global rank), or a library frame that
+sets the device by the local index (accelerate, transformers, DeepSpeed).
+
+From the launch (`one_node_ordinal_rule`): on one node torchrun, torch.distributed.launch, accelerate and the deepspeed launcher give every process a global
 rank equal to its local rank, so a device chosen by RANK instead of LOCAL_RANK (D3) picks the same GPU it should; an
 index past the GPUs can then only come from more processes on the node than it has GPUs (or a hard-coded index,
 which a launch of several processes makes the rarer reading). The launch is read from the command the log echoes:
@@ -11,7 +16,73 @@ from __future__ import annotations
 
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
-from gpudoctor.engine.rules import INVALID_ORDINAL as _ORDINAL, Verdict
+from gpudoctor.engine.rules import FRAMEISH, INVALID_ORDINAL as _ORDINAL, Verdict, clean_code
+from gpudoctor.kb.record import replace
+
+# --- the traceback of an invalid ordinal: which index the failing call passed -------------------------------
+
+_DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
+                          r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(|"
+                          r"cuda\.Device\s*\(|cuda\.select_device\s*\(")  # CuPy, Numba
+_PASSTHROUGH = _lazy(r"_cuda_setDevice\(|(?:set_device|get_device_properties|get_device_name|get_device_capability)"
+                          r"\(\s*(?:device|self\.device|dev|d|device_index)\s*\)")
+# (gpu_id, not gpu_ids: a list of GPU ids from the options is a configured device, not a per-node process index)
+_LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id\b|"
+                          r"args\.gpu\b|local_device")
+_GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
+                           r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\bhvd[._]rank\b")  # Horovod
+# a bare `rank` is only known to be global when nothing says otherwise: under mp.spawn it is usually the spawn index
+_GLOBAL_EXPLICIT = _lazy(r"\bRANK\b|get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\.rank\b|\bhvd_rank\b")
+# library code that picks the device by the process's local index and then sets it, so that an invalid ordinal raised
+# inside means more processes on the node than GPUs it can see: accelerate's PartialState (0.x: __init__ or
+# set_device, `torch.device("cuda", self.local_process_index)`; 1.x takes it modulo the device count and cannot raise
+# it), transformers' TrainingArguments._setup_devices (4.x: `torch.device("cuda", self.local_rank)` or PartialState's
+# device), DeepSpeed's engine (_set_distributed_vars: `set_device(device_rank)`, the local rank unless args say)
+_LIB_LOCAL_DEVICE = _lazy(r"accelerate[/\\]state\.py\S*,? line \d+, in (?:set_device|__init__)\b|"
+                          r"transformers[/\\]training_args\.py\S*,? line \d+, in _setup_devices\b|"
+                          r"deepspeed[/\\]runtime[/\\]engine\.py\S*,? line \d+, in _set_distributed_vars\b")
+_SPAWNED = _lazy(r"-- Process \d+ terminated with the following error|ProcessRaisedException|"
+                      r"torch[/\\]multiprocessing[/\\]spawn\.py")
+
+
+def ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]:
+    """invalid device ordinal: the global rank as a device index is D3; the local rank means too few GPUs."""
+    for i in range(len(region) - 2, -1, -1):  # the call nearest the error that still shows which number it passed
+        src = region[i]
+        lib = _LIB_LOCAL_DEVICE.search(src) or (_LIB_LOCAL_DEVICE.search(region[i - 1]) if i else None)
+        if lib:  # the library's frame, or the source line under it
+            at = i if lib.string is src else i - 1
+            return _too_many_ranks("rule:ordinal-in-library-local-device", here, base + at,
+                                   lib.group(0).replace('"', ""), "the local process index", "processes")
+        m = _DEVICE_CALL.search(src)
+        if not m or _PASSTHROUGH.search(src) or FRAMEISH.search(src):
+            continue
+        arg = src[m.start():]
+        code = clean_code(src)
+        if _LOCAL_INDEX.search(arg):
+            return _too_many_ranks("rule:ordinal-by-local-rank", here, base + i, code, "the local rank", "processes")
+        if _GLOBAL_INDEX.search(arg) and not _GLOBAL_EXPLICIT.search(arg) and any(map(_SPAWNED.search, region)):
+            return _too_many_ranks("rule:ordinal-by-spawn-index", here, base + i, code, "the index mp.spawn passed",
+                                   "spawned processes", ", which counts the processes of one machine")
+        if _GLOBAL_INDEX.search(arg):
+            return [Verdict("D3", "rule:ordinal-by-global-rank", (
+                replace(here, signature="rule:ordinal-by-global-rank"),
+                Evidence(here.file, base + i, f"the device index is the global rank: {code}", "because")))]
+        return []
+    return []
+
+
+def _too_many_ranks(rule: str, here: Evidence, line: int, code: str, index: str, what: str,
+                    aside: str = "") -> list[Verdict]:
+    """A device picked by a per-node index that is out of range: more ranks on the node than GPUs (D27), not D3."""
+    why = Evidence(here.file, line, f"the device index is {index}: {code}", "because")
+    return [Verdict("D3", rule, (replace(here, signature=rule),), rule_out=True,
+                    note=f"not D3: line {line} sets the device by {index}{aside} ({code[:80]}); an invalid ordinal then "
+                         f"means more {what} on the node than visible GPUs (D27)"),
+            Verdict("D27", rule, (replace(here, signature=rule), why))]
+
+
+# --- the launch the log shows ----------------------------------------------------------------------------------
 
 # a launch of several processes per node, as echoed: the launcher, then its per-node process count above 1
 _LAUNCH = _lazy(r"(?:\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\baccelerate launch\b|^\s*(?:\S+/)?deepspeed\s)"

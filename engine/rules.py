@@ -30,7 +30,7 @@ _OOM = _lazy(r"OutOfMemoryError|CUDA out of memory|HIP out of memory|CUBLAS_STAT
                   r"cudaErrorMemoryAllocation|Cuda failure 'out of memory'|CUDA error: out of memory")
 # a literal of every _OOM alternative: str's search runs far ahead of a regex alternation over a whole 1 MB log
 _OOM_WORDS = ("OutOfMemoryError", "out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "cudaErrorMemoryAllocation")
-_FRAMEISH = _lazy(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
+FRAMEISH = _lazy(r"""\.py["']?(?:, line |:)\d+|\.py\(\d+\)""")
 _FSDP_PATH = _lazy(r"torch/distributed/(?:fsdp|_composable/fsdp|checkpoint|_state_dict_utils)|"
                         r"fsdp/_state_dict_utils|fully_sharded_data_parallel")
 _FSDP_STATE = _lazy(r"\b(?:_full_post_state_dict_hook|_full_pre_state_dict_hook|_full_pre_load_state_dict_hook|"
@@ -66,28 +66,6 @@ _LOAD_FN = _lazy(r"\b(?:_pre_load_state_dict_hook|_post_load_state_dict_hook|_fu
 # torch's runtime check, torch.cuda.get_device_properties' Python check, c10's CUDAContext assert: an index past the GPUs
 INVALID_ORDINAL = _lazy(r"invalid device ordinal|cudaErrorInvalidDevice|CUDA_ERROR_INVALID_DEVICE|"
                               r"AssertionError: Invalid device id|device >= 0 && device < num_gpus INTERNAL ASSERT")
-_DEVICE_CALL = _lazy(r"set_device\s*\(|\.cuda\s*\(|torch\.device\s*\(|\.to\s*\(|device_ids\s*=|cuda:\{|"
-                          r"[\"']cuda:[\"']\s*\+|get_device_(?:properties|name|capability)\s*\(|"
-                          r"cuda\.Device\s*\(|cuda\.select_device\s*\(")  # CuPy, Numba
-_PASSTHROUGH = _lazy(r"_cuda_setDevice\(|(?:set_device|get_device_properties|get_device_name|get_device_capability)"
-                          r"\(\s*(?:device|self\.device|dev|d|device_index)\s*\)")
-# (gpu_id, not gpu_ids: a list of GPU ids from the options is a configured device, not a per-node process index)
-_LOCAL_INDEX = _lazy(r"local[_-]?rank|LOCAL_RANK|local_process_index|get_local_rank|localrank|gpu_id\b|"
-                          r"args\.gpu\b|local_device")
-_GLOBAL_INDEX = _lazy(r"(?<![\w.])(?:(?:args|opt|self|config|cfg|params|hparams|H)\.)?rank\b|\bRANK\b|"
-                           r"get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\bhvd[._]rank\b")  # Horovod
-# a bare `rank` is only known to be global when nothing says otherwise: under mp.spawn it is usually the spawn index
-_GLOBAL_EXPLICIT = _lazy(r"\bRANK\b|get_rank\(\)|global_rank|world_rank|\bprocess_index\b|\.rank\b|\bhvd_rank\b")
-# library code that picks the device by the process's local index and then sets it, so that an invalid ordinal raised
-# inside means more processes on the node than GPUs it can see: accelerate's PartialState (0.x: __init__ or
-# set_device, `torch.device("cuda", self.local_process_index)`; 1.x takes it modulo the device count and cannot raise
-# it), transformers' TrainingArguments._setup_devices (4.x: `torch.device("cuda", self.local_rank)` or PartialState's
-# device), DeepSpeed's engine (_set_distributed_vars: `set_device(device_rank)`, the local rank unless args say)
-_LIB_LOCAL_DEVICE = _lazy(r"accelerate[/\\]state\.py\S*,? line \d+, in (?:set_device|__init__)\b|"
-                          r"transformers[/\\]training_args\.py\S*,? line \d+, in _setup_devices\b|"
-                          r"deepspeed[/\\]runtime[/\\]engine\.py\S*,? line \d+, in _set_distributed_vars\b")
-_SPAWNED = _lazy(r"-- Process \d+ terminated with the following error|ProcessRaisedException|"
-                      r"torch[/\\]multiprocessing[/\\]spawn\.py")
 # Python's own out-of-memory (host RAM, not the GPU's), raised in a child that multiprocessing's spawn or forkserver
 # start method is still setting up: CPython's Lib/multiprocessing/spawn.py _main (3.4-3.13) unpickles everything
 # the parent handed over, `self = reduction.pickle.load(from_parent)`, the process object with its target's
@@ -102,7 +80,7 @@ def _frame_with(region: list[str], token: re.Pattern, path: re.Pattern | None = 
     """Index of the last frame line (or the line after it, where Rich wraps the name) that names token."""
     for i in range(len(region) - 1, -1, -1):
         line = region[i]
-        if not _FRAMEISH.search(line):
+        if not FRAMEISH.search(line):
             continue
         near = line + " " + (region[i + 1] if i + 1 < len(region) else "")
         if token.search(near) and (path is None or path.search(line.replace("\\", "/"))):
@@ -118,7 +96,7 @@ def _last_with(region: list[str], token: re.Pattern) -> int | None:
     return None
 
 
-def _clean(text: str) -> str:
+def clean_code(text: str) -> str:
     return " ".join(text.replace("│", " ").split())[:300]
 
 
@@ -131,7 +109,7 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
     out: list[Verdict] = []
 
     def because(i: int, rule: str, what: str) -> tuple[Evidence, Evidence]:
-        return (replace(here, signature=rule), Evidence(file, base + i, f"{what}: {_clean(region[i])}", "because"))
+        return (replace(here, signature=rule), Evidence(file, base + i, f"{what}: {clean_code(region[i])}", "because"))
 
     if _OOM.search(error):
         i = _frame_with(region, SETUP_FRAME)
@@ -160,7 +138,9 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
             i, "rule:host-oom-unpickling-child", "raised while a new process unpickled its copy of what its parent "
             "holds (host RAM)")))
     if INVALID_ORDINAL.search(error):
-        out.extend(_ordinal_rule(region, here, base))
+        from gpudoctor.engine.ordinal_rules import ordinal_rule
+
+        out.extend(ordinal_rule(region, here, base))
     if _READY_TWICE.search(error) and (i := _frame_with(region, _REENTRANT)) is not None:
         out.append(Verdict("D8", "rule:reentrant-checkpoint", because(
             i, "rule:reentrant-checkpoint", "raised in the backward of a reentrant activation checkpoint"),
@@ -170,43 +150,6 @@ def region_rules(lines: list[str], at: int, file: str, first_line: int) -> list[
     return out
 
 
-def _ordinal_rule(region: list[str], here: Evidence, base: int) -> list[Verdict]:
-    """invalid device ordinal: the global rank as a device index is D3; the local rank means too few GPUs."""
-    for i in range(len(region) - 2, -1, -1):  # the call nearest the error that still shows which number it passed
-        src = region[i]
-        lib = _LIB_LOCAL_DEVICE.search(src) or (_LIB_LOCAL_DEVICE.search(region[i - 1]) if i else None)
-        if lib:  # the library's frame, or the source line under it
-            at = i if lib.string is src else i - 1
-            return _too_many_ranks("rule:ordinal-in-library-local-device", here, base + at,
-                                   lib.group(0).replace('"', ""), "the local process index", "processes")
-        m = _DEVICE_CALL.search(src)
-        if not m or _PASSTHROUGH.search(src) or _FRAMEISH.search(src):
-            continue
-        arg = src[m.start():]
-        code = _clean(src)
-        if _LOCAL_INDEX.search(arg):
-            return _too_many_ranks("rule:ordinal-by-local-rank", here, base + i, code, "the local rank", "processes")
-        if _GLOBAL_INDEX.search(arg) and not _GLOBAL_EXPLICIT.search(arg) and any(map(_SPAWNED.search, region)):
-            return _too_many_ranks("rule:ordinal-by-spawn-index", here, base + i, code, "the index mp.spawn passed",
-                                   "spawned processes", ", which counts the processes of one machine")
-        if _GLOBAL_INDEX.search(arg):
-            return [Verdict("D3", "rule:ordinal-by-global-rank", (
-                replace(here, signature="rule:ordinal-by-global-rank"),
-                Evidence(here.file, base + i, f"the device index is the global rank: {code}", "because")))]
-        return []
-    return []
-
-
-def _too_many_ranks(rule: str, here: Evidence, line: int, code: str, index: str, what: str,
-                    aside: str = "") -> list[Verdict]:
-    """A device picked by a per-node index that is out of range: more ranks on the node than GPUs (D27), not D3."""
-    why = Evidence(here.file, line, f"the device index is {index}: {code}", "because")
-    return [Verdict("D3", rule, (replace(here, signature=rule),), rule_out=True,
-                    note=f"not D3: line {line} sets the device by {index}{aside} ({code[:80]}); an invalid ordinal then "
-                         f"means more {what} on the node than visible GPUs (D27)"),
-            Verdict("D27", rule, (replace(here, signature=rule), why))]
-
-
 _ZERO_IN_USE = _lazy(r"ZeRO stage [0-3]\b|zero_optimization|\"stage\":\s*[1-3]\b|zero_stage|deepspeed_stage_[1-3]|"
                           r"DeepSpeedZeroOptimizer|ZeRO-?(?:Offload|Infinity)|stage3_\w+|--zero[_-]stage|--deepspeed\b|"
                           r"deepspeed\.initialize|ds_config\w*\.json|DeepSpeedEngine")
@@ -214,7 +157,7 @@ _ZERO_IN_USE = _lazy(r"ZeRO stage [0-3]\b|zero_optimization|\"stage\":\s*[1-3]\b
 
 def zero_oom_hint(lines: list[str], file: str, first_line: int) -> Verdict | None:
     """A CUDA OOM in a run that uses ZeRO, raised somewhere the frames do not show: D16 is possible."""
-    oom = next((i for i, x in enumerate(lines) if _OOM.search(x) and not _FRAMEISH.search(x)), None)
+    oom = next((i for i, x in enumerate(lines) if _OOM.search(x) and not FRAMEISH.search(x)), None)
     if oom is None:
         return None
     zero = next((i for i, x in enumerate(lines) if _ZERO_IN_USE.search(x)), None)
@@ -333,7 +276,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
                 verdicts.append(hint)
         for first, lines in chunks:
             for at, line in enumerate(lines):
-                if seen < MAX_ERRORS and _TRIGGER.search(line) and not _FRAMEISH.search(line):
+                if seen < MAX_ERRORS and _TRIGGER.search(line) and not FRAMEISH.search(line):
                     seen += 1
                     verdicts.extend(region_rules(lines, at, scan.name, first))
     if dumps:
