@@ -182,6 +182,12 @@ def summarize(rows: list[dict]) -> dict:
     clean = sum(not r["matches"] for r in neg)
     figures = {
         "logs": len(rows), "positives": len(pos), "negatives": len(neg),
+        # the counts behind the rates, so that a subset's figure is a subtraction, not a reconstruction from rounding
+        "hits": {"top1": top1_hits, "top3": top3_hits, "negatives_clean": clean,
+                 "first_named": sum(r["ranked"][:1] == [r["expect"]] for r in pos),
+                 "possible_top3": sum(r["expect"] in r["possible"] for r in unmatched),
+                 "baseline_top1": sum(r["baseline"][:1] == [r["expect"]] for r in pos),
+                 "baseline_top3": sum(r["expect"] in r["baseline"] for r in pos)},
         "intervals": {"top1": wilson(top1_hits, len(pos)), "top3": wilson(top3_hits, len(pos)),
                       "negatives_clean": wilson(clean, len(neg))},
         "top1": _rate(top1_hits, len(pos)),
@@ -239,17 +245,19 @@ def _ok(row: dict) -> bool:
 
 
 def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
-    names = list(sets)
+    names = [n for n in sets if n not in BATCHES]
     lines = []
-    for name in names:
-        if (verbose and name.startswith("dev")) or (show_sealed and name.startswith("sealed")):
-            for r in sets[name]["rows"]:
-                if _ok(r):
-                    continue
-                got = ", ".join(r["matches"]) or "-"
-                maybe = ", ".join(r["possible"]) or "-"
-                lines.append(f"MISS [{name}] {r['path']:<58} expect {r['expect'] or '-':<5} match {got:<12} "
-                             f"possible {maybe}")
+    for name in ("dev", "sealed"):  # each miss once, under the batch it came in with when there is one
+        if name not in sets or not ((verbose and name == "dev") or (show_sealed and name == "sealed")):
+            continue
+        batch_of = {r["path"]: b for b in sets if b in BATCHES and b.startswith(name) for r in sets[b]["rows"]}
+        for r in sets[name]["rows"]:
+            if _ok(r):
+                continue
+            got = ", ".join(r["matches"]) or "-"
+            maybe = ", ".join(r["possible"]) or "-"
+            lines.append(f"MISS [{batch_of.get(r['path'], name)}] {r['path']:<58} expect {r['expect'] or '-':<5} "
+                         f"match {got:<12} possible {maybe}")
     if lines:
         lines.append("")
     width = {n: max(12, len(n) + 2) for n in names}  # "sealed-1127h" and its neighbour never run together
@@ -272,6 +280,15 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
     ]
     for label, fn in rows:
         lines.append(f"{label:<36}" + "".join(f"{fn(sets[n]):>{width[n]}}" for n in names))
+    batches = [n for n in sets if n in BATCHES]
+    if batches:
+        lines += ["", "by batch (the logs collected together; counts in --json)",
+                  f"{'batch':<14}{'logs':>8}{'top-1':>8}{'top-3':>8}{'first':>8}{'neg ok':>8}{'kw top-1':>10}{'kw top-3':>10}"]
+        for n in batches:
+            s = sets[n]
+            lines.append(f"{n:<14}{str(s['positives']) + '/' + str(s['negatives']):>8}" + "".join(
+                f"{_pct(s[k]):>8}" for k in ("top1", "top3", "first_named", "negatives_clean")) +
+                f"{_pct(s['baseline_top1']):>10}{_pct(s['baseline_top3']):>10}")
     for name in names:
         lines.append("")
         lines.append(f"by framework ({name})       logs   top-1   top-3   neg ok   baseline top-1")
@@ -315,9 +332,10 @@ def main(argv=None) -> int:
     if sealed:
         sets["sealed"] = evaluate_cases(sealed, catalog, not args.no_hyperscan)
     for name, (base, pattern) in BATCHES.items() if args.batches else ():
-        batch = load_cases(base, pattern, old)
-        if batch and not (args.dev_only and base == SEALED):
-            sets[name] = evaluate_cases(batch, catalog, not args.no_hyperscan)
+        whole = sets.get("dev" if base == DEV else "sealed")
+        paths = {case["path"] for case in load_cases(base, pattern, old)}
+        if whole is not None and paths:  # a batch's rows are those of its set: no second diagnosis
+            sets[name] = summarize([r for r in whole["rows"] if r["path"] in paths])
     if args.json:
         out = {}
         for name, figures in sets.items():

@@ -1,6 +1,7 @@
 """The evaluation set: real logs with provenance, enough per entry, and accuracy that does not regress."""
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -148,11 +149,36 @@ def test_bench_hides_sealed_rows_unless_asked(tmp_path, monkeypatch, capsys):
     assert "sealed" in out and "miss.log" not in out and "50.0%" in out  # aggregate only
     bench.main(["--show-sealed"])
     assert "miss.log" in capsys.readouterr().out
-    import json
-
     bench.main(["--json"])
     doc = json.loads(capsys.readouterr().out)
     assert "rows" in doc["dev"] and "rows" not in doc["sealed"] and doc["sealed"]["top1"] == 0.5
+
+
+def test_batches_are_rows_of_their_set_with_counts(tmp_path, monkeypatch, capsys):
+    """--batches slices the rows already diagnosed (no second diagnosis) and prints one row per batch; the JSON
+    carries the counts behind each rate."""
+    bench = _bench()
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    (dev / "a.log").write_text("torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+                               "local network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, "
+                               "message: address already in use\n")
+    (dev / "b.log").write_text("all good\n")
+    (dev / "manifest.yaml").write_text("- path: a.log\n  expect: D4\n")
+    (dev / "manifest-z9.yaml").write_text("- path: b.log\n  expect: D4\n")
+    monkeypatch.setattr(bench, "DEV", dev)
+    monkeypatch.setattr(bench, "BATCHES", {"dev-new": (dev, "manifest-z[0-9].yaml")})
+    calls = []
+    real = bench.evaluate_cases
+    monkeypatch.setattr(bench, "evaluate_cases", lambda cases, *a, **k: calls.append(len(cases)) or real(cases, *a, **k))
+    bench.main(["--dev-only", "--batches"])
+    out = capsys.readouterr().out
+    assert calls == [2]  # the whole development set, once
+    row = next(line for line in out.splitlines() if line.startswith("dev-new"))
+    assert row.split()[1:3] == ["1/0", "0.0%"]
+    bench.main(["--dev-only", "--batches", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["dev"]["hits"]["top1"] == 1 and doc["dev-new"]["hits"]["top1"] == 0 and doc["dev-new"]["positives"] == 1
 
 
 def test_keyword_baseline_searches_the_last_five_error_looking_lines(tmp_path):
