@@ -283,7 +283,8 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
     batches = [n for n in sets if n in BATCHES]
     if batches:
         lines += ["", "by batch (the logs collected together; counts in --json)",
-                  f"{'batch':<14}{'logs':>8}{'top-1':>8}{'top-3':>8}{'first':>8}{'neg ok':>8}{'kw top-1':>10}{'kw top-3':>10}"]
+                  f"{'batch':<14}{'logs':>8}" + "".join(f"{h:>8}" for h in ("top-1", "top-3", "first", "neg ok")) +
+                  f"{'kw top-1':>10}{'kw top-3':>10}"]
         for n in batches:
             s = sets[n]
             lines.append(f"{n:<14}{str(s['positives']) + '/' + str(s['negatives']):>8}" + "".join(

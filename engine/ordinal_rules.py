@@ -1,16 +1,18 @@
-"""An invalid device ordinal, and which cause it points to: more processes on a node than GPUs (D27) or a device
-chosen by the global rank (D3).
+"""Which GPU index a process took, and what an index past the GPUs or a shared GPU says: more processes on a node than
+GPUs (D27) or a device chosen by the global rank (D3).
 
 From the traceback (`ordinal_rule`, called by rules.region_rules for each invalid-ordinal error): the device call
 nearest the error and the index it passed (the local rank, mp.spawn's index, the global rank), or a library frame that
 sets the device by the local index (accelerate, transformers, DeepSpeed).
 
-From the launch (`one_node_ordinal_rule`): on one node torchrun, torch.distributed.launch, accelerate and the deepspeed launcher give every process a global
-rank equal to its local rank, so a device chosen by RANK instead of LOCAL_RANK (D3) picks the same GPU it should; an
-index past the GPUs can then only come from more processes on the node than it has GPUs (or a hard-coded index,
-which a launch of several processes makes the rarer reading). The launch is read from the command the log echoes:
-torchrun with --standalone or without --nnodes above 1 (torchrun's default is one node), and no sign anywhere of a
-second node (a node rank above 0, --nnodes, num_machines or --num_nodes above 1, a hostfile's second host).
+From the rest of the log: the launch it echoes (`one_node_ordinal_rule`), torchelastic's root-cause block, accelerate's
+state, NCCL's refusal of shared GPUs, trainers' device checks. On one node torchrun, torch.distributed.launch,
+accelerate and the deepspeed launcher give every process a global rank equal to its local rank, so a device chosen by
+RANK instead of LOCAL_RANK (D3) picks the same GPU it should; an index past the GPUs can then only come from more
+processes on the node than it has GPUs (or a hard-coded index, which a launch of several processes makes the rarer
+reading). The launch is read from the command the log echoes: torchrun with --standalone or without --nnodes above 1
+(torchrun's default is one node), and no sign anywhere of a second node (a node rank above 0, --nnodes, num_machines
+or --num_nodes above 1, a hostfile's second host).
 """
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ def _too_many_ranks(rule: str, here: Evidence, line: int, code: str, index: str,
             Verdict("D27", rule, (replace(here, signature=rule), why))]
 
 
-# --- the launch the log shows ----------------------------------------------------------------------------------
+# --- the rest of the log: the launch, torchelastic's summary, accelerate's state, NCCL, trainers' checks ------
 
 # a launch of several processes per node, as echoed: the launcher, then its per-node process count above 1
 _LAUNCH = _lazy(r"(?:\btorchrun\b|torch\.distributed\.(?:launch|run)\b|\baccelerate launch\b|^\s*(?:\S+/)?deepspeed\s)"
@@ -233,7 +235,8 @@ def requested_devices_rule(text: str, file: str) -> list:
 
 # NCCL's refusal of two ranks on one GPU (src/init.cc, 2.4-2.2x), after the debug prefix (src/debug.cc:
 # "host:pid:tid [cudaDev]") that names the host: "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1b000"
-_DUPLICATE = _lazy(r"(?:^|[\s\]])([\w.-]{1,253}):\d{1,10}:\d{1,10} \[\d{1,3}\] (?:\S+ )?NCCL WARN Duplicate GPU detected ?: "
+_DUPLICATE = _lazy(r"(?:^|[\s\]])([\w.-]{1,253}):\d{1,10}:\d{1,10} \[\d{1,3}\] (?:\S+ )?NCCL WARN "
+                   r"Duplicate GPU detected ?: "
                    r"rank \d+ and rank \d+ both on CUDA device (?:0x)?([0-9a-fA-F]{1,16})")
 
 

@@ -29,7 +29,7 @@ MAX_ROWS = 4096  # rows of one report read
 # two other ranks must all be missing it
 MIN_OTHERS = 2
 # a gradient's allreduce is the training step itself, which every rank runs; ranks that lag there ran out of data (D9)
-_GRADIENT = _lazy(r"grad|Distributed\w*Optimizer", )
+_GRADIENT = _lazy(r"grad|Distributed\w*Optimizer")
 
 
 def rank_zero_alone_rule(text: str, file: str) -> list[Verdict]:
