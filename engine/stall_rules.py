@@ -20,11 +20,13 @@ from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.rules import Verdict
 
-_HEADER = _lazy(r"\b(?:Missing|Stalled) ranks:\s*$")
+# a report's first line ends with one of these: "Missing ranks:" (0.20+, "Stalled ranks:" in between) or
+# "Stalled ops:" (0.19 and before); str.find over a whole log runs far ahead of a regex
+_HEADERS = ("Missing ranks:", "Stalled ranks:", "Stalled ops:")
 _PER_RANK = _lazy(r"(?:^|[\s>:\]])(\d{1,6})!?: \[(.*)\]\s*$")
-_OLD_HEADER = _lazy(r"\bStalled ops:\s*$")
 _PER_TENSOR = _lazy(r"^\s*(\S.*?) \[(missing|ready) ranks: ([\d,\s]+)\],?\s*$")
 MAX_ROWS = 4096  # rows of one report read
+MAX_REPORTS = 64  # reports read per log (the inspector repeats its report every minute of a stall)
 # in a job of two ranks, rank 1 alone missing a tensor is as often a rank that ran out of batches first (D9): at least
 # two other ranks must all be missing it
 MIN_OTHERS = 2
@@ -34,24 +36,43 @@ _GRADIENT = _lazy(r"grad|Distributed\w*Optimizer")
 
 def rank_zero_alone_rule(text: str, file: str) -> list[Verdict]:
     """D21 when a Horovod stall report shows a tensor that rank 0 submitted and every other rank is missing."""
-    if "ranks:" not in text and "Stalled ops:" not in text:
-        return []
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if _HEADER.search(line):
-            found = _new_layout(lines, i)
-        elif _OLD_HEADER.search(line):
-            found = _old_layout(lines, i)
-        else:
-            continue
+    for start, old in sorted(_header_ends(text))[:MAX_REPORTS]:  # only the rows under a report's first line are split
+        first = text.rfind("\n", 0, start) + 1
+        rows = text[first: _rows_end(text, start)].splitlines()
+        found = _old_layout(rows, 0) if old else _new_layout(rows, 0)
         if found is not None:
             row, tensor, last = found
+            at = text.count("\n", 0, first)  # the header's line index
             why = (f"only rank 0 submitted {tensor[:80]}: ranks 1 to {last} are missing it" if last
                    else f"only rank 0 submitted {tensor[:80]}: the report names rank 0 alone as ready")
             return [Verdict("D21", "rule:stall-rank-zero-alone", (
-                Evidence(file, i + 1, line, "rule:stall-rank-zero-alone"),
-                Evidence(file, row + 1, why, "because")), score=0.8)]
+                Evidence(file, at + 1, rows[0], "rule:stall-rank-zero-alone"),
+                Evidence(file, at + row + 1, why, "because")), score=0.8)]
     return []
+
+
+def _header_ends(text: str):
+    """(offset just past the header, whether it is the old layout) for each header that ends its line."""
+    for header in _HEADERS:
+        at = text.find(header)
+        while at >= 0:
+            end = at + len(header)
+            nl = text.find("\n", end)
+            if not text[end: len(text) if nl < 0 else nl].strip():
+                yield end, header == "Stalled ops:"
+            at = text.find(header, end)
+
+
+def _rows_end(text: str, start: int) -> int:
+    """Where the MAX_ROWS lines after the header line that start is on end."""
+    end = text.find("\n", start)
+    if end < 0:
+        return len(text)
+    for _ in range(MAX_ROWS):
+        end = text.find("\n", end + 1)
+        if end < 0:
+            return len(text)
+    return end
 
 
 def _new_layout(lines: list[str], header: int) -> tuple[int, str, int] | None:
