@@ -39,7 +39,7 @@ def rank_zero_alone_rule(text: str, file: str) -> list[Verdict]:
     for start, old in sorted(_header_ends(text))[:MAX_REPORTS]:  # only the rows under a report's first line are split
         first = text.rfind("\n", 0, start) + 1
         rows = text[first: _rows_end(text, start)].splitlines()
-        found = _old_layout(rows, 0) if old else _new_layout(rows, 0)
+        found = _old_layout(rows) if old else _new_layout(rows)
         if found is not None:
             row, tensor, last = found
             at = text.count("\n", 0, first)  # the header's line index
@@ -75,10 +75,11 @@ def _rows_end(text: str, start: int) -> int:
     return end
 
 
-def _new_layout(lines: list[str], header: int) -> tuple[int, str, int] | None:
-    """(row, tensor, highest rank) for a tensor every listed rank but 0 is missing, from `<rank>: [...]` rows."""
+def _new_layout(lines: list[str]) -> tuple[int, str, int] | None:
+    """(row, tensor, highest rank) for a tensor every listed rank but 0 is missing, from the `<rank>: [...]` rows
+    under the header line (lines[0]; _rows_end already bounds them)."""
     lists: dict[int, tuple[int, list[str], bool]] = {}
-    for j in range(header + 1, min(len(lines), header + 1 + MAX_ROWS)):
+    for j in range(1, len(lines)):
         m = _PER_RANK.search(lines[j])
         if m is None:
             break
@@ -100,9 +101,10 @@ def _new_layout(lines: list[str], header: int) -> tuple[int, str, int] | None:
     return None
 
 
-def _old_layout(lines: list[str], header: int) -> tuple[int, str, int] | None:
-    """(row, tensor, highest rank) for a `<tensor> [missing ranks: 1, ..., k]` or `[ready ranks: 0]` row."""
-    for j in range(header + 1, min(len(lines), header + 1 + MAX_ROWS)):
+def _old_layout(lines: list[str]) -> tuple[int, str, int] | None:
+    """(row, tensor, highest rank) for a `<tensor> [missing ranks: 1, ..., k]` or `[ready ranks: 0]` row under the
+    header line (lines[0])."""
+    for j in range(1, len(lines)):
         if not lines[j].strip():
             continue
         m = _PER_TENSOR.search(lines[j])
