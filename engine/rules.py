@@ -229,6 +229,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.launch_rules import (literal_local_rank_rule, one_process_killed_rule, silent_teardown_rule,
                                                visible_devices_rule)
     from gpudoctor.engine.gpu_table import stacked_processes_rule
+    from gpudoctor.engine.group_rules import no_group_caller_rule
     from gpudoctor.engine.port_rules import bind_errno_rule
     from gpudoctor.engine.shm_rules import shm_rules
     from gpudoctor.engine.slow_step import slow_step_rule
@@ -269,6 +270,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(one_process_killed_rule(whole, scan.name))
             verdicts.extend(silent_teardown_rule(whole, scan.name))
             verdicts.extend(rank_zero_alone_rule(whole, scan.name))
+            verdicts.extend(no_group_caller_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)

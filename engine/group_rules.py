@@ -1,0 +1,86 @@
+"""Who asked for the default process group before there was one.
+
+torch.distributed's `_get_default_group` ("Default process group has not been initialized, please make sure to call
+init_process_group.", torch 1.8-2.x) and the older `_check_default_pg` ("Default process group is not initialized",
+torch 1.0-1.7) raise for every caller alike. The traceback's innermost frame outside torch.distributed names the
+caller. Where that is the job's own code (a `get_rank()` in a model's constructor, a `get_world_size()` that
+partitions the dataset), the script was written to run under a launcher and was started without one (D1).
+
+Where it is SyncBatchNorm (torch/nn/modules/batchnorm.py, mmcv's or apex's), the same message comes from a
+single-GPU run whose config asks for a cross-GPU BatchNorm; whether that is a launch slip or a config to change is
+the thread's to say, and the log alone leaves D1 possible. A traceback printed without the caller's frame proves
+nothing either way. Where the error line stands ahead of its frames (an issue title, a paste in reverse), the frames
+below it count when they reach torch.distributed or the caller's own line calls it.
+"""
+from __future__ import annotations
+
+from gpudoctor.engine.findings import Evidence
+from gpudoctor.engine.lazyregex import LazyRegex as _lazy
+from gpudoctor.engine.rules import LOOK_BACK, Verdict, clean_code
+
+_ERROR = _lazy(r"(?:Error|Exception)\b.*Default process group (?:has not been|is not) initiali[sz]ed")
+_FRAME = _lazy(r"""File "([^"]+)", line \d+, in (\S+)""")
+_IN_C10D = _lazy(r"torch[/\\]distributed[/\\]|c10d_logger|distributed_c10d")
+# cross-GPU BatchNorm: torch's SyncBatchNorm.forward, mmcv's and apex's, and any frame or code line naming it
+_RAISED = _lazy(r"^\W*(?:\w+\.)*\w*(?:Error|Exception)\b")
+_CALLS_C10D = _lazy(r"\b(?:dist|distributed)\.(?:get_rank|get_world_size|all_gather\w*|all_reduce|barrier|broadcast\w*)\(")
+_SYNC_BN = _lazy(r"(?i)batchnorm|sync_?bn\b|syncbn|SyncBatchNorm|sync_batch_norm")
+SCORE = 0.8
+
+
+def _caller(lines: list[str], at: int) -> int | None:
+    """Index of the innermost frame above lines[at] that is not torch.distributed's own, or None."""
+    for i in range(at - 1, max(-1, at - LOOK_BACK), -1):
+        m = _FRAME.search(lines[i])
+        if m is None:
+            continue
+        if not _IN_C10D.search(m.group(1)):
+            return i
+    return None
+
+
+def _caller_below(lines: list[str], at: int) -> int | None:
+    """The same, from the frames printed below lines[at] up to the next error line: those frames must reach
+    torch.distributed, or the caller's own source line must call it."""
+    frames = []
+    for j in range(at + 1, min(len(lines), at + LOOK_BACK)):
+        if _RAISED.search(lines[j]):
+            break
+        m = _FRAME.search(lines[j])
+        if m is not None:
+            frames.append((j, bool(_IN_C10D.search(m.group(1)))))
+    outside = [j for j, in_c10d in frames if not in_c10d]
+    if not outside:
+        return None
+    i = outside[-1]
+    code = lines[i + 1] if i + 1 < len(lines) else ""
+    if any(in_c10d for _, in_c10d in frames) or _CALLS_C10D.search(code):
+        return i
+    return None
+
+
+def no_group_caller_rule(text: str, file: str) -> list[Verdict]:
+    """D1 when the job's own code asked torch.distributed for its rank or size before any group was made."""
+    if "process group" not in text:
+        return []
+    lines = text.splitlines()
+    for at, line in enumerate(lines):
+        if "Default process group" not in line or not _ERROR.search(line):
+            continue
+        i = _caller(lines, at)
+        if i is None:
+            i = _caller_below(lines, at)
+        if i is None:
+            return []
+        region = lines[max(0, at - LOOK_BACK): max(at, i + 1) + 1]
+        if any(_SYNC_BN.search(x) for x in region):
+            return []
+        what = clean_code(lines[i])
+        if i + 1 < len(lines) and i + 1 != at and not _FRAME.search(lines[i + 1]):
+            what += " " + clean_code(lines[i + 1])  # the caller's source line
+        here = Evidence(file, at + 1, line, "rule:group-asked-for-by-the-script")
+        why = Evidence(file, i + 1, f"asked for by the job's own code: {what}", "because")
+        note = (f"line {i + 1}: the job's own code asks torch.distributed for the group's rank or size, code written "
+                "to run under a launcher; started as a plain process, no process group exists")
+        return [Verdict("D1", "rule:group-asked-for-by-the-script", (here, why), score=SCORE, note=note)]
+    return []

@@ -1,0 +1,96 @@
+"""Who asked for the default process group (engine/group_rules.py): the job's own code is D1, SyncBatchNorm is not proof."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gpudoctor.engine.group_rules import no_group_caller_rule
+
+C10D = "/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py"
+ERROR = "ValueError: Default process group has not been initialized, please make sure to call init_process_group."
+
+
+def frames(*pairs: tuple[str, str, str]) -> list[str]:
+    out = []
+    for path, fn, code in pairs:
+        out += [f'  File "{path}", line 12, in {fn}', f"    {code}"]
+    return out
+
+
+C10D_FRAMES = frames((C10D, "get_rank", "default_pg = _get_default_group()"),
+                     (C10D, "_get_default_group", "raise ValueError("))
+
+
+@pytest.fixture(scope="module")
+def real_traceback(tmp_path_factory) -> str:
+    """torch's own traceback: a plain `python script.py` whose code asks for the world size."""
+    script = tmp_path_factory.mktemp("nogroup") / "shard.py"
+    script.write_text(textwrap.dedent("""\
+        import torch.distributed as dist
+
+        def shard_size(n):
+            return n // dist.get_world_size()
+
+        print(shard_size(10))
+        """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Default process group" in done.stderr, done.stderr[-2000:]
+    return done.stderr
+
+
+def test_torchs_own_traceback_names_d1_and_the_scripts_line(real_traceback):
+    [v] = no_group_caller_rule(real_traceback, "err.log")
+    assert (v.entry, v.rule, v.tier, v.rule_out) == ("D1", "rule:group-asked-for-by-the-script", "match", False)
+    assert "Default process group" in v.evidence[0].text
+    assert "shard_size" in v.evidence[1].text and "dist.get_world_size()" in v.evidence[1].text
+
+
+def test_diagnose_puts_d1_first_as_a_match(real_traceback, tmp_path):
+    log = tmp_path / "err.log"
+    log.write_text(real_traceback)
+    done = subprocess.run([sys.executable, "-m", "gpudoctor", "diagnose", "--json", str(log)],
+                          capture_output=True, text=True, timeout=120)
+    first = json.loads(done.stdout)["findings"][0]
+    assert (first["id"], first["tier"], done.returncode) == ("D1", "match", 0)
+
+
+def test_syncbatchnorm_asking_is_left_possible():
+    text = "\n".join(["Traceback (most recent call last):",
+                      *frames(("/work/train.py", "main", "out = model(x)"),
+                              ("/usr/lib/python3/site-packages/torch/nn/modules/batchnorm.py", "forward",
+                               "world_size = torch.distributed.get_world_size(process_group)")),
+                      *C10D_FRAMES, ERROR])
+    assert no_group_caller_rule(text, "x.log") == []
+
+
+def test_a_cut_traceback_with_only_torchs_frames_proves_nothing():
+    assert no_group_caller_rule("\n".join(["Traceback (most recent call last):", *C10D_FRAMES, ERROR]), "x") == []
+    assert no_group_caller_rule(ERROR, "x") == []
+
+
+def test_the_error_line_first_counts_when_the_frames_below_reach_torch_distributed():
+    below = frames(("/src/maisi/train.py", "train", "parts = partition(data, num_partitions=dist.get_world_size())"))
+    [v] = no_group_caller_rule("\n".join([ERROR, *below, *C10D_FRAMES]), "x")
+    assert v.evidence[1].line == 2
+    # the caller's own line calls torch.distributed: enough without torch's frames (the paste stops there)
+    assert no_group_caller_rule("\n".join([ERROR, *below]), "x")
+    # frames below that neither reach torch.distributed nor call it belong to something else
+    other = frames(("/src/app/io.py", "load", "data = json.load(f)"))
+    assert no_group_caller_rule("\n".join([ERROR, *other]), "x") == []
+
+
+def test_the_frames_below_stop_at_the_next_error():
+    text = "\n".join([ERROR, "KeyError: 'images'", *frames(("/src/a.py", "f", "dist.get_rank()")), *C10D_FRAMES])
+    assert no_group_caller_rule(text, "x") == []
+
+
+def test_the_source_line_quoted_in_a_frame_is_not_the_error():
+    quoted = ['  File "' + C10D + '", line 187, in _check_default_pg', '    "Default process group is not initialized"']
+    text = "\n".join(["Traceback (most recent call last):", *frames(("/src/eval.py", "main", "r = dist.get_rank()")),
+                      *quoted, "AssertionError: Default process group is not initialized"])
+    [v] = no_group_caller_rule(text, "x")
+    assert v.evidence[0].line == 6 and v.evidence[1].line == 2
