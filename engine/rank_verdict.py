@@ -28,7 +28,7 @@ def derive(state: RankState) -> None:
             blocked.setdefault(r.blocked_in, []).append(r)
     if len(blocked) > 1:
         for name, ranks in blocked.items():
-            ev = ranks[0].first_error
+            ev = ranks[0].first_error or ranks[0].blocked_from
             if ev is not None:
                 state.signal("ranks-in-different-collectives", ev.file, Hit(ev.line, ev.text))
         fewest = min(len(v) for v in blocked.values())
@@ -39,7 +39,8 @@ def derive(state: RankState) -> None:
             gated_name = caller is not None and (is_gated_function(caller.signature)
                                                  or is_rank0_branch(getattr(r, "_caller_source", None)))
             # rank 0 alone in another collective is the `if rank == 0:` branch in all but name
-            rank0_alone = len(smallest) == 1 and r.rank == 0
+            # (but not rank 0 alone in the backward pass: every rank runs that one, the others went elsewhere)
+            rank0_alone = len(smallest) == 1 and r.rank == 0 and r.blocked_in != "backward"
             if gated_name or rank0_alone:
                 ev = caller or r.first_error
                 if ev is not None:

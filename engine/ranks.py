@@ -307,6 +307,7 @@ def _task_ids(spec: str) -> list[int]:
 
 _HVD_MISSING = _lazy(r"(?:^|[>:\]])(\d{1,6})!?: \[([^\]]*)")
 _HVD_OP = _lazy(r"(?i)(allreduce|broadcast|allgather|alltoall|reducescatter)")
+_HVD_GRADIENT = _lazy(r"(?i)grad|Distributed\w*Optimizer")
 _HVD_COLLECTIVE = {"allreduce": "all_reduce", "broadcast": "broadcast", "allgather": "all_gather",
                    "alltoall": "all_to_all", "reducescatter": "reduce_scatter"}
 
@@ -322,24 +323,30 @@ def _horovod_stall(state: RankState, file: str, hits: list[Hit]) -> None:
         else:
             reports.append([hit])
     for report in reports:
-        missing: dict[int, tuple[set[str], Hit]] = {}
+        missing: dict[int, tuple[set[str], Hit, list[str]]] = {}
         for hit in report:
             m = _HVD_MISSING.search(_prefix(hit.text).body) or _HVD_MISSING.search(hit.text)
-            kinds = {k.group(1).lower() for k in map(_HVD_OP.search, m.group(2).split(", ")) if k} if m else None
+            names = m.group(2).split(", ") if m else []
+            kinds = {k.group(1).lower() for k in map(_HVD_OP.search, names) if k}
             if kinds:
-                missing[int(m.group(1))] = (kinds, hit)
-        every = set().union(*(k for k, _ in missing.values())) if missing else set()
+                missing[int(m.group(1))] = (kinds, hit, names)
+        every = set().union(*(k for k, _, _ in missing.values())) if missing else set()
         if len(every) >= 2:
             break
     else:
         return
-    for rank, (kinds, hit) in missing.items():
+    for rank, (kinds, hit, _names) in missing.items():
         submitted = every - kinds
         if len(submitted) != 1:
             continue
+        kind = submitted.pop()
+        # what this rank submitted is what the others lack: gradients (DistributedOptimizer's allreduce) are the
+        # backward pass every rank runs, not a collective some branch of the code adds
+        theirs = [n for other, (_, _, names) in missing.items() if other != rank for n in names
+                  if (k := _HVD_OP.search(n)) and k.group(1).lower() == kind]
         r = state.rank(rank)
         if r.blocked_in is None:
-            r.blocked_in = _HVD_COLLECTIVE[submitted.pop()]
+            r.blocked_in = "backward" if theirs and all(map(_HVD_GRADIENT.search, theirs)) else _HVD_COLLECTIVE[kind]
             r.blocked_from = Evidence(file, hit.line_no, hit.text, "horovod stall report")
         if file not in r.sources:
             r.sources.append(file)
