@@ -5,6 +5,12 @@ socket.cpp: "The server socket has failed to bind to {address} (errno: {n} - {st
 2.4+: "code: -{n}, name: {UV_NAME}, message: {text}"). errno 98 (EADDRINUSE) is a port some other process holds,
 which is D4. errno 13 (EACCES: a port below 1024 without root, or a security policy) and errno 99 (EADDRNOTAVAIL:
 MASTER_ADDR is not an address of this host) are not, and the same words must not name D4 for them.
+
+The same words from another program's server are not torch's port either: ZeroMQ's "Address already in use" (pyzmq's
+zmq.error.ZMQError, raised from zmq/sugar/socket.py bind) is a Jupyter kernel (ipykernel's kernelapp binding its
+shell, iopub and heartbeat ports) or another ZeroMQ service starting twice, as a notebook does when a training
+library re-runs its kernel command once per rank. Where no torch store or launcher line says a rendezvous port was
+taken too, D4 is ruled out.
 """
 from __future__ import annotations
 
@@ -15,6 +21,10 @@ _IN_USE = _lazy(r"errno: 98\b|code: -98\b|EADDRINUSE|[Aa]ddress already in use")
 # another reason on a bind failure's line: an errno or libuv code, or its text where a version printed only that
 _OTHER = _lazy(r"errno: (\d+)|code: -(\d+)|(Permission denied|EACCES)|(Cannot assign requested address|EADDRNOTAVAIL)")
 WORDS = {"Permission denied": "13", "EACCES": "13", "Cannot assign requested address": "99", "EADDRNOTAVAIL": "99"}
+_ZMQ_IN_USE = _lazy(r"\bZMQError: Address already in use")
+# torch's own bind failures and the launchers' echo of the port: any of these keeps D4 open
+_TORCH_PORT = _lazy(r"server socket has failed|TCPStore|c10d|MASTER_PORT|master_port|torchrun|rendezvous|"
+                    r"init_process_group|--main_process_port")
 MEANING = {"13": "permission denied: ports below 1024 need root (or a security policy refused it)",
            "99": "cannot assign the requested address: MASTER_ADDR is not an address of this host"}
 
@@ -38,3 +48,22 @@ def bind_errno_rule(text: str, file: str) -> list:
     note = f"line {line_no}: the store could not bind its port, errno {code}: {why}; no other job holds it (not D4)"
     here = Evidence(file, line_no, line.strip(), "rule:bind-errno-not-in-use")
     return [Verdict("D4", "rule:bind-errno-not-in-use", (here,), rule_out=True, note=note)]
+
+
+def zmq_in_use_rule(text: str, file: str) -> list:
+    """D4 ruled out when the port in use is a ZeroMQ socket's (a Jupyter kernel's) and no torch port shows."""
+    if "ZMQError" not in text:
+        return []
+    m = _ZMQ_IN_USE.search(text)
+    if m is None or _TORCH_PORT.search(text):
+        return []
+    from gpudoctor.engine.rules import Verdict
+
+    line_no = text.count("\n", 0, m.start()) + 1
+    line = text.splitlines()[line_no - 1]
+    kernel = "ipykernel" in text or "jupyter" in text.lower()
+    whose = "a Jupyter kernel's ZeroMQ socket" if kernel else "a ZeroMQ socket's"
+    note = (f"line {line_no}: the port already in use is {whose}, not torch's rendezvous port; a notebook kernel "
+            "started once more (per rank) collides with itself (not D4)")
+    here = Evidence(file, line_no, line.strip(), "rule:zmq-port-not-rendezvous")
+    return [Verdict("D4", "rule:zmq-port-not-rendezvous", (here,), rule_out=True, note=note)]

@@ -230,7 +230,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
                                                visible_devices_rule)
     from gpudoctor.engine.gpu_table import stacked_processes_rule
     from gpudoctor.engine.group_rules import no_group_caller_rule
-    from gpudoctor.engine.port_rules import bind_errno_rule
+    from gpudoctor.engine.port_rules import bind_errno_rule, zmq_in_use_rule
     from gpudoctor.engine.shm_rules import shm_rules
     from gpudoctor.engine.slow_step import slow_step_rule
     from gpudoctor.engine.stall_rules import rank_zero_alone_rule
@@ -265,6 +265,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(stopped_tests_rule(whole, scan.name))
             verdicts.extend(stacked_processes_rule(whole, scan.name))
             verdicts.extend(bind_errno_rule(whole, scan.name))
+            verdicts.extend(zmq_in_use_rule(whole, scan.name))
             verdicts.extend(literal_local_rank_rule(whole, scan.name))
             verdicts.extend(visible_devices_rule(whole, scan.name))
             verdicts.extend(one_process_killed_rule(whole, scan.name))
