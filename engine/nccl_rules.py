@@ -34,6 +34,7 @@ def interface_rule(text: str, file: str) -> list[Verdict]:
 # (read in two parts: a lazy ".*?" between them made each search a fifth slower on rank logs full of these lines)
 _COLL_CALL = _lazy(r"(?P<host>[\w.-]+):(?P<pid>\d+):\d+ \[\d+\] NCCL INFO (?P<op>[A-Za-z]+): opCount (?P<count>[0-9a-f]+) ")
 _COLL_COMM = _lazy(r"\bcomm (?P<comm>0x[0-9a-f]+|\d+) \[nranks=(?P<n>\d+)")
+_COLL_SIZE = _lazy(r"\bcount (\d+) datatype (\d+)")
 _P2P = {"Send", "Recv", "SendRecv"}  # point-to-point calls differ between the two ends by design
 
 
@@ -49,10 +50,12 @@ def _token_before(line: str, marker: str) -> int:
 def coll_desync_rule(text: str, file: str) -> list[Verdict]:
     """Two processes of one job that called different collectives at the same opCount: D19. Only processes whose COLL
     lines name a single communicator count (opCounts of different communicators are unrelated), and only calls whose
-    op sets share nothing (calls grouped into one launch share an opCount)."""
+    op sets share nothing (calls grouped into one launch share an opCount). The same collective with another element
+    count or datatype is a desync too: every rank passes the same count to AllReduce, Broadcast, Reduce, AllGather
+    (its send count) and ReduceScatter (its receive count), so two processes that disagree are in different calls."""
     if "opCount" not in text:
         return []
-    calls: dict[tuple[str, str], dict[str, tuple[set[str], int, str]]] = {}
+    calls: dict[tuple[str, str], dict[str, tuple[set[str], int, str, set]]] = {}
     comms: dict[tuple[str, str], set[str]] = {}
     sizes: dict[tuple[str, str], str] = {}
     for line_no, line in lines_with(text, "opCount"):
@@ -63,9 +66,12 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
         proc = (m.group("host"), m.group("pid"))
         comms.setdefault(proc, set()).add(c.group("comm"))
         sizes[proc] = c.group("n")
-        ops, first, first_text = calls.setdefault(proc, {}).get(m.group("count"), (set(), line_no, line))
+        ops, first, first_text, shapes = calls.setdefault(proc, {}).get(m.group("count"), (set(), line_no, line, set()))
         ops.add(m.group("op"))
-        calls[proc][m.group("count")] = (ops, first, first_text)
+        z = _COLL_SIZE.search(line, m.end(), c.start())
+        if z is not None:
+            shapes.add(z.groups())
+        calls[proc][m.group("count")] = (ops, first, first_text, shapes)
     procs = [p for p in calls if len(comms[p]) == 1]
     # by opCount, lowest first, the processes (of one communicator size) that made that call: linear in the calls,
     # where comparing every pair of processes costs (processes)^2 x opCounts on a combined 64-rank log
@@ -77,22 +83,41 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
         kinds: dict[frozenset[str], tuple[str, str]] = {}  # each distinct op set, with the first process to show it
         for proc in at[(size, count)]:
             kinds.setdefault(frozenset(calls[proc][count][0]), proc)
-        if len(kinds) < 2:
-            continue
-        seen = list(kinds.items())
-        pair = next(((p, q) for i, (x, p) in enumerate(seen) for y, q in seen[i + 1:] if not x & y), None)
+        if len(kinds) < 2:  # one collective everywhere: the processes may still disagree on its size
+            pair = _other_size(calls, at[(size, count)], count)
+        else:
+            seen = list(kinds.items())
+            pair = next(((p, q) for i, (x, p) in enumerate(seen) for y, q in seen[i + 1:] if not x & y), None)
         if pair is None:
             continue
         a, b = pair
-        ops_a = calls[a][count][0]
-        (_, line_a, text_a), (ops_b, line_b, text_b) = calls[a][count], calls[b][count]
-        why = Evidence(file, line_b, f"opCount {count}: pid {a[1]} called {'/'.join(sorted(ops_a))}, pid {b[1]} "
-                                     f"called {'/'.join(sorted(ops_b))} on a communicator of {size} ranks",
-                       "because")
+        (ops_a, line_a, text_a, shapes_a), (ops_b, line_b, text_b, shapes_b) = calls[a][count], calls[b][count]
+        if ops_a == ops_b:
+            what = (f"opCount {count}: pid {a[1]} and pid {b[1]} both called {'/'.join(sorted(ops_a))}, with "
+                    f"{_shapes(shapes_a)} against {_shapes(shapes_b)}, on a communicator of {size} ranks")
+        else:
+            what = (f"opCount {count}: pid {a[1]} called {'/'.join(sorted(ops_a))}, pid {b[1]} called "
+                    f"{'/'.join(sorted(ops_b))} on a communicator of {size} ranks")
+        why = Evidence(file, line_b, what, "because")
         return [Verdict("D19", "rule:nccl-opcount-desync", (
             Evidence(file, line_a, text_a, "rule:nccl-opcount-desync"),
             Evidence(file, line_b, text_b, "rule:nccl-opcount-desync"), why), score=0.85)]
     return []
+
+
+def _other_size(calls: dict, procs: list, count: str):
+    """Two processes whose one collective at this opCount moved disjoint (count, datatype) pairs, or None."""
+    by_shapes: dict[frozenset, tuple[str, str]] = {}
+    for proc in procs:
+        shapes = calls[proc][count][3]
+        if shapes:
+            by_shapes.setdefault(frozenset(shapes), proc)
+    seen = list(by_shapes.items())
+    return next(((p, q) for i, (x, p) in enumerate(seen) for y, q in seen[i + 1:] if not x & y), None)
+
+
+def _shapes(shapes: set) -> str:
+    return " / ".join(f"{n} elements of datatype {t}" for n, t in sorted(shapes))
 
 
 # NCCL's error back-trace: every NCCLCHECK that sees a failure prints INFO "%s:%d -> %d" (__FILE__, __LINE__,

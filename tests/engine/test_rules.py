@@ -467,6 +467,36 @@ def test_the_earliest_desynced_opcount_is_reported_whichever_processes_diverge(c
     assert why and why[0].startswith("opCount 5:") and "Broadcast" in why[0], why
 
 
+def _sized(pid: int, op: str, count: int, elems: int, dtype: int) -> str:
+    return _coll(pid, pid % 8, op, count, hex(0x5000 + pid)).replace("count 9984512 datatype 7",
+                                                                      f"count {elems} datatype {dtype}")
+
+
+def test_one_collective_with_other_sizes_at_one_opcount_is_a_desync(catalog):
+    # NCCL #147's shape: rank 0 broadcast the model's 25.5M fp16 weights while the others broadcast a 53-element
+    # int64 buffer first: the same op at opCount 0, different counts and datatypes
+    lines = [_sized(100, "Broadcast", 0, 53, 4), _sized(101, "Broadcast", 0, 53, 4),
+             _sized(102, "Broadcast", 0, 25503912, 6), _sized(101, "Broadcast", 1, 25503912, 6)]
+    d = run(catalog, "\n".join(lines))
+    assert matches(d)[:1] == ["D19"]
+    why = [ev.text for ev in d.findings[0].evidence if ev.text.startswith("opCount")]
+    assert why and "53 elements of datatype 4 against 25503912 elements of datatype 6" in why[0], why
+
+
+@pytest.mark.parametrize("shapes", [
+    [(53, 4), (53, 4), (53, 4)],  # every rank agrees
+    [((53, 4), (8, 7)), ((53, 4), (8, 7)), ((8, 7),)],  # grouped calls: the sets overlap, one line may be missing
+])
+def test_the_same_sizes_or_overlapping_groups_are_no_desync(shapes):
+    from gpudoctor.engine.nccl_rules import coll_desync_rule
+
+    lines = []
+    for pid, mine in enumerate(shapes, 100):
+        for elems, dtype in (mine if isinstance(mine[0], tuple) else [mine]):
+            lines.append(_sized(pid, "AllReduce", 3, elems, dtype))
+    assert coll_desync_rule("\n".join(lines), "x.log") == []
+
+
 def test_a_healthy_combined_log_of_many_processes_is_read_in_time_linear_in_its_calls(catalog):
     # 256 processes x 100 collectives that all agree: comparing every pair of processes (the old way) costs
     # 32,640 pairs x 100 opCounts, over a hundred times the parse; grouping by opCount reads each call once (about
