@@ -29,10 +29,10 @@ class RankReport:
     timed_out_line: Evidence | None = None
     init_complete: bool | None = None
     first_error: Evidence | None = None
-    error_kind: str | None = None  # crash (its own error), timeout (waiting on others), lost-peer, desync
+    error_kind: str | None = None  # crash (its own error), timeout (waiting on others), lost-peer, desync, interrupted
     blocked_in: str | None = None  # the collective its traceback ends in: "barrier", "backward"
     blocked_from: Evidence | None = None  # the user frame that called it
-    status: str = "ok"  # ok | died | behind | waiting | lost-peer | missing | no-init
+    status: str = "ok"  # ok | died | behind | waiting | lost-peer | stopped (by hand) | missing | no-init
     _caller_source: str | None = field(default=None, repr=False)  # the code line of blocked_from
     _first_epoch: float | None = field(default=None, repr=False)
 

@@ -9,12 +9,19 @@ from gpudoctor.engine.scan import Hit
 
 def derive(state: RankState) -> None:
     reports = state.reports.values()
-    waiting = [r for r in reports if r.error_kind in ("timeout", "lost-peer", "desync")]
+    # a rank stopped by hand (Ctrl-C) inside a collective had been waiting there
+    waiting = [r for r in reports if r.error_kind in ("timeout", "lost-peer", "desync")
+               or (r.error_kind == "interrupted" and r.blocked_in)]
     crashed = [r for r in reports if r.error_kind == "crash"]
     others_waited = bool(waiting or state.signals.get("collective-timeout") or state.signals.get("lost-peer"))
     if others_waited:
         state.signals.setdefault("ranks-waiting", list(state.signals.get("collective-timeout", []))
-                                 + list(state.signals.get("lost-peer", []))[:6])
+                                 + list(state.signals.get("lost-peer", []))[:6]
+                                 + [(r.first_error.file, Hit(r.first_error.line, r.first_error.text))
+                                    for r in waiting if r.error_kind == "interrupted"][:6])
+    elif state.signals.get("run-interrupted") and not crashed and not state.orphan_crashes:
+        # nothing failed and the run was stopped by hand: it had stopped moving (or its user gave up on it)
+        state.signals.setdefault("ranks-waiting", list(state.signals["run-interrupted"])[:6])
     if crashed and others_waited:
         first = _earliest(crashed)
         state.signal("rank-failed-first", first.first_error.file, Hit(first.first_error.line, first.first_error.text))
@@ -24,7 +31,7 @@ def derive(state: RankState) -> None:
         state.signal("rank-failed-first", first.file, Hit(first.line, first.text))
     blocked = {}
     for r in reports:
-        if r.blocked_in and r.error_kind in ("timeout", "lost-peer", "desync", None):
+        if r.blocked_in and r.error_kind in ("timeout", "lost-peer", "desync", "interrupted", None):
             blocked.setdefault(r.blocked_in, []).append(r)
     if len(blocked) > 1:
         for name, ranks in blocked.items():
@@ -149,10 +156,13 @@ def judge(reports: dict[int, RankReport], world: int | None, orphans: list[Evide
     crashed = [r for r in reports.values() if r.error_kind == "crash"]
     waiting = sorted((r for r in reports.values() if r.error_kind in ("timeout", "lost-peer")), key=lambda r: r.rank)
     desync = sorted((r for r in reports.values() if r.error_kind == "desync"), key=lambda r: r.rank)
+    stopped = sorted(r.rank for r in reports.values() if r.error_kind == "interrupted")
     for r in crashed:
         r.status = "died"
     for r in waiting:
         r.status = "waiting" if r.error_kind == "timeout" else "lost-peer"
+    for rank in stopped:
+        reports[rank].status = "stopped"
     for r in desync:
         r.status = "desync"
     if desync:
@@ -168,6 +178,12 @@ def judge(reports: dict[int, RankReport], world: int | None, orphans: list[Evide
             many = len(waiting) > 1
             verdict.append(f"rank{'s' if many else ''} {_ranges([r.rank for r in waiting])} then timed out or lost "
                            f"{'their peers' if many else 'its peer'}: a consequence, not the cause")
+    if stopped:
+        where = ", ".join(f"rank {r.rank} was waiting in {r.blocked_in}" for r in (reports[k] for k in stopped)
+                          if r.blocked_in)
+        verdict.append(f"rank{'s' if len(stopped) > 1 else ''} {_ranges(stopped)} "
+                       f"{'were' if len(stopped) > 1 else 'was'} stopped by hand (KeyboardInterrupt)"
+                       + (f"; {where}" if where else ""))
     blocked = {}
     for r in reports.values():
         if r.blocked_in and r.error_kind != "crash":

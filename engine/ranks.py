@@ -38,7 +38,10 @@ def prefix_rank(text: str) -> int | None:
 
 
 def classify(text: str) -> str:
-    """crash (the rank's own error), timeout, lost-peer (a consequence of another rank), desync."""
+    """crash (the rank's own error), timeout, lost-peer (a consequence of another rank), desync, interrupted (stopped
+    by hand: Ctrl-C raises KeyboardInterrupt wherever the process was, most often a run that no longer moved)."""
+    if "KeyboardInterrupt" in text:
+        return "interrupted"
     if _DESYNC.search(text):
         return "desync"
     if _TIMEOUT.search(text):
@@ -114,12 +117,17 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
 
         for tb in parse_tracebacks(lines):
             rank = tb.rank if tb.rank is not None else hint
+            if _stopped_by_hand(tb, lines):
+                state.signal("run-interrupted", scan.name, Hit(line_no + tb.start, lines[tb.start]))
             if not tb.exc_type and rank is not None and tb.frames and len(cut) < 8:
                 cut.append((rank, tb, Hit(line_no + tb.start, lines[tb.start])))
             if not tb.exc_type or tb.exc_type.rsplit(".", 1)[-1] in _LAUNCHER_ERRORS:
                 continue
             text = f"{tb.exc_type}: {tb.message}".strip()
-            at = _find_line(lines, tb.start, tb.end, tb.exc_type.rsplit(".", 1)[-1] + ":")
+            name = tb.exc_type.rsplit(".", 1)[-1]
+            at = _find_line(lines, tb.start, tb.end, name + ":")
+            if at is None and not tb.message:  # "KeyboardInterrupt", "StopIteration": the name alone on its line
+                at = _find_line(lines, tb.start, tb.end, name)
             hit = Hit(line_no + at, lines[at]) if at is not None else Hit(line_no + tb.start, text)
             _via_rank_zero_wrapper(state, scan.name, tb, lines, line_no)
             if rank is None:
@@ -389,6 +397,17 @@ def _record_error(state: RankState, r: RankReport, file: str, hit: Hit, text: st
         r._first_epoch = when
 
 
+_CALLS_COLLECTIVE = _lazy(r"\b(" + "|".join(sorted(COLLECTIVES, key=len, reverse=True)) + r")\(")
+
+
+def _stopped_by_hand(tb, lines: list[str]) -> bool:
+    """A traceback of KeyboardInterrupt, or one whose header follows the terminal's echo of Ctrl-C ("^CTraceback")
+    and was cut before its exception line."""
+    if tb.exc_type:
+        return tb.exc_type.rsplit(".", 1)[-1] == "KeyboardInterrupt"
+    return "^C" in lines[tb.start]
+
+
 def _blocked_in(tb):
     """The collective (or DDP backward) a traceback ends in, and the last user frame that called it."""
     blocked, caller = None, None
@@ -401,6 +420,13 @@ def _blocked_in(tb):
         elif fn in COLLECTIVES and "distributed" in frame.file:
             blocked = fn
             break
+        elif fn == "wrapper" and "c10d_logger" in frame.file and caller is not None and caller.source:
+            # torch 2.1+ wraps each collective in c10d_logger's exception logger; an exception raised while that
+            # wrapper handled another (Ctrl-C during a failed wait) ends there, and the caller's line names the call
+            m = _CALLS_COLLECTIVE.search(caller.source)
+            if m is not None:
+                blocked = m.group(1)
+                break
         elif fn in ("run_backward", "_engine_run_backward") and blocked is None:
             blocked = "backward"
     return blocked, caller

@@ -73,7 +73,9 @@ class TracebackInfo:
 
 
 # torchelastic's failure summary embeds the worker's traceback as "  traceback : Traceback ..."
-_TB_HEADER = _lazy(r"([ \t]*)(?:traceback\s*: )?Traceback \(most recent call last\):\s*$")
+# (a terminal's echo of Ctrl-C, "^C", often runs into the header of the KeyboardInterrupt it raised; a pane copied
+# out of tmux or an IDE can end every line with the border "│")
+_TB_HEADER = _lazy(r"([ \t]*)(?:\^C)?(?:traceback\s*: )?Traceback \(most recent call last\):\s*(?:│\s*)?$")
 _FRAME = _lazy(r'[ \t]*File "([^"]{1,4096})", line (\d{1,9})(?:,? in (.{1,500}?))?\s*$')
 _EXC_LINE = _lazy(r"([A-Za-z_][\w.]{0,300})(?:: ?(.*))?$")
 _CARETS = _lazy(r"[ \t]*[\^~]+[ \t]*$")

@@ -8,7 +8,7 @@ from textual.widget import Widget
 
 _FIRST = re.compile(r"\brank (\d+) failed first\b")
 _MARKS = {"died": ("✗", "bold red"), "behind": ("◀", "bold yellow"), "desync": ("≠", "bold magenta"),
-          "waiting": ("…", "dim"), "lost-peer": ("⇄", "dim"), "missing": ("?", "red"), "no-init": ("?", "yellow"),
+          "waiting": ("…", "dim"), "lost-peer": ("⇄", "dim"), "stopped": ("■", "dim"), "missing": ("?", "red"), "no-init": ("?", "yellow"),
           "ok": ("", "")}
 
 
@@ -36,7 +36,7 @@ def rank_rows(ranks: list, verdict: list[str]) -> list[dict]:
         if not where and r.last_line:
             where = f"line {r.last_line.line}"
         note = {"died": "died", "behind": "laggard", "desync": "desync", "waiting": "timed out",
-                "lost-peer": "lost peer", "missing": "no log", "no-init": "no init"}.get(r.status, "")
+                "lost-peer": "lost peer", "stopped": "stopped (^C)", "missing": "no log", "no-init": "no init"}.get(r.status, "")
         if first is not None and r.rank == first:
             note = "died first"
         rows.append({"rank": r.rank, "progress": reached / top if positioned else None, "where": where, "status": r.status, "note": note,
