@@ -230,6 +230,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
                                                visible_devices_rule)
     from gpudoctor.engine.gpu_table import stacked_processes_rule
     from gpudoctor.engine.group_rules import no_group_caller_rule
+    from gpudoctor.engine.replica_rules import replica_rule
     from gpudoctor.engine.port_rules import bind_errno_rule, zmq_in_use_rule
     from gpudoctor.engine.shm_rules import shm_rules
     from gpudoctor.engine.slow_step import slow_step_rule
@@ -272,6 +273,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(silent_teardown_rule(whole, scan.name))
             verdicts.extend(rank_zero_alone_rule(whole, scan.name))
             verdicts.extend(no_group_caller_rule(whole, scan.name))
+            verdicts.extend(replica_rule(whole, scan.name))
         seen = 0
         if chunks and whole is not None:
             hint = zero_oom_hint(chunks[0][1], scan.name, 1)
