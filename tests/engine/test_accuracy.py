@@ -27,6 +27,14 @@ def test_manifest_paths_exist_and_every_log_is_listed():
     assert all(case.get("source") for case in MANIFEST)
 
 
+@pytest.mark.parametrize("base", [LOGS, ROOT / "tests" / "data" / "sealed"], ids=["dev", "sealed"])
+def test_no_log_is_listed_twice(base):
+    # a row per log: a second listing counted one log twice (two sealed logs were, from 2026-11-27 to 11-28); only the
+    # manifests' paths are read here, never a sealed log
+    paths = Counter(case["path"] for f in sorted(base.glob("manifest*.yaml")) for case in yaml.safe_load(f.read_text()) or [])
+    assert sum(n - 1 for n in paths.values()) == 0, f"{sum(n > 1 for n in paths.values())} paths listed twice"
+
+
 # Entries whose catalogue text says they show in a log before the development set held three logs of them go here
 # until it does (D12-D14 and D26 waited here until the collections of 2026-11-27 brought them to 4-7 logs each).
 AWAITING_LOGS: set[str] = set()
