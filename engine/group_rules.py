@@ -21,9 +21,9 @@ from gpudoctor.engine.rules import LOOK_BACK, Verdict, clean_code
 _ERROR = _lazy(r"(?:Error|Exception)\b.*Default process group (?:has not been|is not) initiali[sz]ed")
 _FRAME = _lazy(r"""File "([^"]+)", line \d+, in (\S+)""")
 _IN_C10D = _lazy(r"torch[/\\]distributed[/\\]|c10d_logger|distributed_c10d")
-# cross-GPU BatchNorm: torch's SyncBatchNorm.forward, mmcv's and apex's, and any frame or code line naming it
 _RAISED = _lazy(r"^\W*(?:\w+\.)*\w*(?:Error|Exception)\b")
 _CALLS_C10D = _lazy(r"\b(?:dist|distributed)\.(?:get_rank|get_world_size|all_gather\w*|all_reduce|barrier|broadcast\w*)\(")
+# cross-GPU BatchNorm: torch's SyncBatchNorm.forward, mmcv's and apex's, and any frame or code line naming it
 _SYNC_BN = _lazy(r"(?i)batchnorm|sync_?bn\b|syncbn|SyncBatchNorm|sync_batch_norm")
 SCORE = 0.8
 

@@ -47,7 +47,8 @@ def _informative(lines: list[Evidence]) -> list[tuple[Evidence, float]]:
     own_error = any(kind == "crash" and EXCEPTION_HEAD.search(body) and not _BOOKKEEPING.search(ev.text)
                     for ev, body, kind in zip(lines, bodies, kinds))
     for ev, body, kind in zip(lines, bodies, kinds):
-        weight = 0.4 if _BOOKKEEPING.search(body) else 0.5 if _ELSEWHERE.search(body) else 1.0
+        # a Ctrl-C's KeyboardInterrupt says where the run was stopped, not what went wrong: as faint as bookkeeping
+        weight = 0.4 if _BOOKKEEPING.search(body) or kind == "interrupted" else 0.5 if _ELSEWHERE.search(body) else 1.0
         if ev.signature == "cut-traceback":
             weight = min(weight, CUT_WEIGHT)
         if own_error and kind in ("timeout", "lost-peer"):
