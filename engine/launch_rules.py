@@ -18,6 +18,7 @@ import re
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.rules import INVALID_ORDINAL, Verdict
+from gpudoctor.engine.textfind import line_at
 
 # cheap test first: a launcher and a literal local rank somewhere in the text (commands wrap with a backslash)
 _TRIGGER = _lazy(r"(?:\btorchrun\b|torch\.distributed\.(?:launch|run)\b)[\s\S]{0,800}?--local[_-]rank[= ]+\d")
@@ -88,8 +89,8 @@ def one_process_killed_rule(text: str, file: str) -> list:
     m = _ONE_PROCESS_KILLED.search(text) if "simple_launcher" in text else None
     if m is None:
         return []
-    line_no = text.count("\n", 0, m.end()) + 1
-    here = Evidence(file, line_no, text.splitlines()[line_no - 1], "rule:one-process-killed")
+    line_no, line = line_at(text, m.end())
+    here = Evidence(file, line_no, line, "rule:one-process-killed")
     note = (f"not D28: line {line_no} is accelerate's simple_launcher, which starts one process; the host ran out of "
             "memory (or a kill -9 came) for that one process, not for a copy of the model per rank")
     return [Verdict("D28", "rule:one-process-killed", (here,), rule_out=True, note=note)]
@@ -105,8 +106,8 @@ def silent_teardown_rule(text: str, file: str) -> list:
     codes = {int(c) for c in _RETURN_CODE.findall(text)}
     if any(code > 0 for code in codes):
         return []  # a rank exited with an error code of its own: it was not killed
-    line_no = text.count("\n", 0, m.start()) + 1
-    here = Evidence(file, line_no, text.splitlines()[line_no - 1], "hint:silent-rank-teardown")
+    line_no, line = line_at(text, m.start())
+    here = Evidence(file, line_no, line, "hint:silent-rank-teardown")
     why = Evidence(file, line_no, "the DeepSpeed launcher killed the ranks after one ended, and no rank printed an "
                                   "error: a rank that dies without a word was killed by a signal, most often the "
                                   "host's OOM killer", "because")

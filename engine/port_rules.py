@@ -58,9 +58,9 @@ def zmq_in_use_rule(text: str, file: str) -> list:
     if m is None or _TORCH_PORT.search(text):
         return []
     from gpudoctor.engine.rules import Verdict
+    from gpudoctor.engine.textfind import line_at
 
-    line_no = text.count("\n", 0, m.start()) + 1
-    line = text.splitlines()[line_no - 1]
+    line_no, line = line_at(text, m.start())
     kernel = "ipykernel" in text or "jupyter" in text.lower()
     whose = "a Jupyter kernel's ZeroMQ socket" if kernel else "a ZeroMQ socket's"
     note = (f"line {line_no}: the port already in use is {whose}, not torch's rendezvous port; a notebook kernel "
