@@ -86,8 +86,7 @@ def coll_desync_rule(text: str, file: str) -> list[Verdict]:
         if len(kinds) < 2:  # one collective everywhere: the processes may still disagree on its size
             pair = _other_size(calls, at[(size, count)], count)
         else:
-            seen = list(kinds.items())
-            pair = next(((p, q) for i, (x, p) in enumerate(seen) for y, q in seen[i + 1:] if not x & y), None)
+            pair = _disjoint_pair(kinds)
         if pair is None:
             continue
         a, b = pair
@@ -112,7 +111,12 @@ def _other_size(calls: dict, procs: list, count: str):
         shapes = calls[proc][count][3]
         if shapes:
             by_shapes.setdefault(frozenset(shapes), proc)
-    seen = list(by_shapes.items())
+    return _disjoint_pair(by_shapes)
+
+
+def _disjoint_pair(first_of: dict[frozenset, tuple[str, str]]):
+    """The first processes of two sets (of ops, or of sizes) that share nothing, or None."""
+    seen = list(first_of.items())
     return next(((p, q) for i, (x, p) in enumerate(seen) for y, q in seen[i + 1:] if not x & y), None)
 
 
