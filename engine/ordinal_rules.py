@@ -96,6 +96,12 @@ _MULTI = _lazy(r"\bnode_rank\W{1,3}[1-9]|\bGROUP_RANK\W{1,3}[1-9]|\bnum_machines
                r"Running on the following workers: \S+,")
 
 
+# torch.distributed.launch (1.x) and torchrun (torch/distributed/run.py, 1.9-2.x) print this banner only when
+# OMP_NUM_THREADS is unset and the per-node process count is above 1: "Setting OMP_NUM_THREADS environment variable for
+# each process to be 1 in default, ..."
+_SEVERAL_PER_NODE = _lazy(r"Setting OMP_NUM_THREADS environment variable for each process to be \d+ in default")
+
+
 def one_node_ordinal_rule(text: str, file: str) -> list:
     """D27 (and D3 ruled out) for an invalid device ordinal under a one-node launch of several processes."""
     if not _ORDINAL.search(text):
@@ -103,8 +109,10 @@ def one_node_ordinal_rule(text: str, file: str) -> list:
     lines = text.splitlines()
     error = next((i for i, line in enumerate(lines) if _ORDINAL.search(line)), None)
     launch = next((i for i, line in enumerate(lines) if _LAUNCH.search(line)), None)
-    if error is None or launch is None:
+    if error is None:
         return []
+    if launch is None:
+        return _banner_ordinal(text, lines, error, file)
     if _MULTI_ON_LINE.search(lines[launch]) or _MULTI.search(text):
         return []
     n = _LAUNCH.search(lines[launch]).group(1)
@@ -112,6 +120,19 @@ def one_node_ordinal_rule(text: str, file: str) -> list:
                        f"{n} processes per node on one node, where the global rank is the local rank: "
                        f"{' '.join(lines[launch].split())[:160]}",
                        "launches one node, where a device chosen by RANK is the one LOCAL_RANK picks")
+
+
+def _banner_ordinal(text: str, lines: list[str], error: int, file: str) -> list:
+    """The launcher's OMP_NUM_THREADS banner in place of the echoed command: several processes on this node, and no
+    sign anywhere of a second node. Without the command the node count is not seen, so the score stays under the
+    echoed launch's."""
+    banner = next((i for i, line in enumerate(lines) if _SEVERAL_PER_NODE.search(line)), None)
+    if banner is None or _MULTI.search(text) or any(_MULTI_ON_LINE.search(line) for line in lines):
+        return []
+    verdicts = _d27_not_d3("rule:ordinal-under-several-per-node", file, error + 1, lines[error], banner + 1,
+                           "the launcher set OMP_NUM_THREADS for each process, which it does only when it starts more "
+                           "than one process on the node", "shows several processes on this node and no second node")
+    return [replace(v, score=0.6) if not v.rule_out else v for v in verdicts]
 
 
 def _d27_not_d3(rule: str, file: str, line_no: int, line: str, why_no: int, why: str, shows: str) -> list:

@@ -35,6 +35,29 @@ def test_an_invalid_ordinal_in_a_launch_over_several_nodes_is_d3(launch):
     assert run(launch + ORDINAL)[0] == ("D3", "match")
 
 
+# torchrun's banner (torch/distributed/run.py), printed only when it starts more than one process on the node
+BANNER = ("*****************************************\n"
+          "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid your system being "
+          "overloaded, please further tune the variable for optimal performance in your application as needed. \n"
+          "*****************************************\n")
+OLD_ORDINAL = "THCudaCheck FAIL file=/pytorch/torch/csrc/cuda/Module.cpp line=37 error=101 : invalid device ordinal\n"
+
+
+@pytest.mark.parametrize("error", [ORDINAL, OLD_ORDINAL])
+def test_the_launchers_several_processes_banner_with_no_second_node_makes_an_invalid_ordinal_d27(error):
+    found = run(BANNER + "Running process 1\n" + error)
+    assert found[0] == ("D27", "match") and ("D3", "match") not in found, found
+
+
+@pytest.mark.parametrize("second_node", ["SLURM_JOB_NNODES=2\n", "  --node_rank=1 --master_addr=10.0.0.1\n"])
+def test_the_banner_beside_a_second_node_leaves_the_ordinal_to_the_multi_node_reading(second_node):
+    assert ("D27", "match") not in run(BANNER + second_node + ORDINAL)
+
+
+def test_the_banner_without_an_invalid_ordinal_says_nothing_of_d27():
+    assert ("D27", "match") not in run(BANNER + "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+
+
 @pytest.mark.parametrize("tail", [
     # yolov7 train.py: the failing source line, as Python prints it under the frame
     '  File "train.py", line 543, in <module>\n    assert torch.cuda.device_count() > opt.local_rank\nAssertionError\n',
