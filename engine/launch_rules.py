@@ -10,7 +10,8 @@
   one process, not for a copy per rank (D28 ruled out).
 - The DeepSpeed launcher tearing the job down (its sigkill_handler killing the other ranks once one has ended) in
   a log where no rank printed an error: the rank that ended said nothing, as a process killed by a signal does, and
-  the usual sender is the host's OOM killer (a possible D28)."""
+  the usual sender is the host's OOM killer (a possible D28); when the ranks' last lines are the model loading, before
+  any training step, it is the copy of the model each rank holds in host memory (D28)."""
 from __future__ import annotations
 
 import re
@@ -34,6 +35,17 @@ _TEARDOWN = _lazy(r"sigkill_handler\W.*Killing subprocess \d+")
 _RETURN_CODE = _lazy(r"exits with return code = (-?\d+)")
 _RAISED = _lazy(r"Traceback \(most recent call last\)|^\W*(?:\w+\.)*\w*(?:Error|Exception)\b|\bError: ", re.MULTILINE)
 SILENT_TEARDOWN_SCORE = 0.5
+# what a rank prints while it loads or builds the model, before any step: transformers' modeling_utils ("loading weights
+# file %s", the "Loading checkpoint shards" progress bar), peft's print_trainable_parameters ("trainable params: %d ||
+# all params: %d"), Megatron's and SwissArmyTransformer's " > number of parameters on (tensor) model parallel rank %d"
+# and "building %s model ..."
+_LOADING = _lazy(r"loading weights file|Loading checkpoint shards|trainable params: [\d,]+ \|\| all params|"
+                 r"number of parameters on (?:\w+ )?model parallel rank|\bbuilding \w+ model\b", re.IGNORECASE)
+# a training step under way: a loss, a step or iteration count, a progress bar's rate
+_STEPPING = _lazy(r"\bloss\b|\b(?:global_)?step\W{0,3}\d|\biter(?:ation)?\W{0,3}\d|\d(?:it/s|s/it)\b|\bepoch\W{0,3}\d",
+                  re.IGNORECASE)
+LOADING_WINDOW = 20  # lines before the teardown in which the model was still loading
+KILLED_LOADING_SCORE = 0.6
 
 
 def literal_local_rank_rule(text: str, file: str) -> list:
@@ -107,8 +119,30 @@ def silent_teardown_rule(text: str, file: str) -> list:
     if any(code > 0 for code in codes):
         return []  # a rank exited with an error code of its own: it was not killed
     line_no, line = line_at(text, m.start())
+    loading = _loading_line(text.splitlines()[:line_no - 1])
+    if loading is not None:
+        rule = "rule:killed-while-loading-the-model"
+        here = Evidence(file, line_no, line, rule)
+        why = Evidence(file, loading[0], "no rank printed an error, and the last thing the ranks did was load the "
+                                         f"model ({loading[1]}): every rank holds its copy in host memory "
+                                         "then, and the host's OOM killer ends one without a word", "because")
+        return [Verdict("D28", rule, (here, why), score=KILLED_LOADING_SCORE)]
     here = Evidence(file, line_no, line, "hint:silent-rank-teardown")
     why = Evidence(file, line_no, "the DeepSpeed launcher killed the ranks after one ended, and no rank printed an "
                                   "error: a rank that dies without a word was killed by a signal, most often the "
                                   "host's OOM killer", "because")
     return [Verdict("D28", "hint:silent-rank-teardown", (here, why), score=SILENT_TEARDOWN_SCORE, tier="possible")]
+
+
+def _loading_line(before: list[str]) -> tuple[int, str] | None:
+    """The last model-loading line among the lines just before the teardown, when no training step came after it."""
+    start = max(0, len(before) - LOADING_WINDOW)
+    for i in range(len(before) - 1, start - 1, -1):
+        if _STEPPING.search(before[i]) and not _LOADING.search(before[i]):  # a shard bar has a rate too
+            return None
+        if _LOADING.search(before[i]):
+            from gpudoctor.engine.prefix import parse_prefix
+
+            body = " ".join(parse_prefix(before[i]).body.split())
+            return i + 1, body if len(body) <= 90 else body[:89] + "…"
+    return None

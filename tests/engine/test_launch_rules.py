@@ -148,10 +148,28 @@ def _teardown_hint(catalog, text):
     return [f.id for f in d.findings if any(ev.signature == "hint:silent-rank-teardown" for ev in f.evidence)]
 
 
-def test_a_teardown_after_a_silent_rank_is_a_possible_d28(catalog):
-    assert _teardown_hint(catalog, _LOADED * 2 + _TEARDOWN) == ["D28"]
-    d = run(catalog, _LOADED * 2 + _TEARDOWN)
+_STEPS = "{'loss': 1.3862, 'learning_rate': 4.9e-05, 'epoch': 0.01}\n"
+_DATA = "12/05/2023 10:57:26 - WARNING - preprocess - Loading dataset from disk will ignore other data arguments.\n"
+
+
+@pytest.mark.parametrize("before", [_STEPS * 3, _DATA, _LOADED + _STEPS])
+def test_a_teardown_after_a_silent_rank_is_a_possible_d28(catalog, before):
+    """Killed mid-training, or with nothing shown of what the ranks were doing: a guess."""
+    assert _teardown_hint(catalog, before + _TEARDOWN) == ["D28"]
+    d = run(catalog, before + _TEARDOWN)
     assert possible(d)[0] == "D28" and not matches(d)
+
+
+@pytest.mark.parametrize("loading", [
+    _LOADED + _DATA,  # peft's trainable-parameter count, then a data line
+    "[INFO|modeling_utils.py:1770] 2023-03-04 18:11:21,751 >> loading weights file /m/t5-xxl/pytorch_model.bin\n",
+    "Loading checkpoint shards:  33%|███▎      | 1/3 [00:21<00:42, 21.30s/it]\n",
+    "[2024-01-04 20:52:29,958] [INFO] [RANK 1]  > number of parameters on model parallel rank 1: 4520036800\n",
+])
+def test_a_silent_teardown_while_the_ranks_load_the_model_is_d28(catalog, loading):
+    """Every rank holding its copy of the model in host memory, and one killed without a word: D28."""
+    d = run(catalog, loading + _TEARDOWN)
+    assert matches(d)[:1] == ["D28"], d.findings
 
 
 def test_a_teardown_after_a_traceback_or_an_error_exit_says_nothing_of_d28(catalog):
