@@ -50,7 +50,8 @@ BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "m
            "dev-1128g": (DEV, "manifest-i[0-9].yaml"), "sealed-1128g": (SEALED, "manifest-j[0-9].yaml"),
            "dev-1128h": (DEV, "manifest-k[0-9].yaml"), "sealed-1128h": (SEALED, "manifest-m[0-9].yaml"),
            "dev-1128i": (DEV, "manifest-o[0-9].yaml"), "sealed-1128i": (SEALED, "manifest-q[0-9].yaml"),
-           "dev-1128j": (DEV, "manifest-b[0-9].yaml"), "sealed-1128j": (SEALED, "manifest-l[0-9].yaml")}
+           "dev-1128j": (DEV, "manifest-b[0-9].yaml"), "sealed-1128j": (SEALED, "manifest-l[0-9].yaml"),
+           "dev-1128k": (DEV, "manifest-d[0-9].yaml"), "sealed-1128k": (SEALED, "manifest-r[0-9].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 # names collectors wrote for the same rows (a wrapper counts as the framework it runs on)
 FRAMEWORK_ALIASES = {"accelerate": "accelerate-hf", "transformers": "accelerate-hf", "hf": "accelerate-hf",
