@@ -35,12 +35,17 @@ _TEARDOWN = _lazy(r"sigkill_handler\W.*Killing subprocess \d+")
 _RETURN_CODE = _lazy(r"exits with return code = (-?\d+)")
 _RAISED = _lazy(r"Traceback \(most recent call last\)|^\W*(?:\w+\.)*\w*(?:Error|Exception)\b|\bError: ", re.MULTILINE)
 SILENT_TEARDOWN_SCORE = 0.5
-# what a rank prints while it loads or builds the model, before any step: transformers' modeling_utils ("loading weights
-# file %s", the "Loading checkpoint shards" progress bar), peft's print_trainable_parameters ("trainable params: %d ||
-# all params: %d"), Megatron's and SwissArmyTransformer's " > number of parameters on (tensor) model parallel rank %d"
-# and "building %s model ..."
+# what a rank prints while it loads or builds the model or resumes its states, before any step: transformers'
+# modeling_utils ("loading weights file %s", the "Loading checkpoint shards" progress bar), peft's
+# print_trainable_parameters ("trainable params: %d || all params: %d"), Megatron's and SwissArmyTransformer's
+# " > number of parameters on (tensor) model parallel rank %d" and "building %s model ...", a resume: the Trainer's
+# "Loading model from %s." and DeepSpeed integration's "Attempting to resume from %s" (transformers 4.2x-4.4x),
+# DeepSpeed's engine "successfully read %d ZeRO state_dicts for rank %d" (0.5-0.16), accelerate's "Loading states
+# from %s" (0.1x-1.x)
 _LOADING = _lazy(r"loading weights file|Loading checkpoint shards|trainable params: [\d,]+ \|\| all params|"
-                 r"number of parameters on (?:\w+ )?model parallel rank|\bbuilding \w+ model\b", re.IGNORECASE)
+                 r"number of parameters on (?:\w+ )?model parallel rank|\bbuilding \w+ model\b|"
+                 r"Loading model from \S|Attempting to resume from \S|successfully read \d+ ZeRO state_dicts|"
+                 r"Loading states from \S", re.IGNORECASE)
 # a training step under way: a loss, a step or iteration count, a progress bar's rate
 _STEPPING = _lazy(r"\bloss\b|\b(?:global_)?step\W{0,3}\d|\biter(?:ation)?\W{0,3}\d|\d(?:it/s|s/it)\b|\bepoch\W{0,3}\d",
                   re.IGNORECASE)
@@ -118,6 +123,8 @@ def silent_teardown_rule(text: str, file: str) -> list:
     codes = {int(c) for c in _RETURN_CODE.findall(text)}
     if any(code > 0 for code in codes):
         return []  # a rank exited with an error code of its own: it was not killed
+    if any(code < 0 and code != -9 for code in codes):
+        return []  # a signal other than SIGKILL (a bus error, a segfault): not the OOM killer
     line_no, line = line_at(text, m.start())
     loading = _loading_line(text.splitlines()[:line_no - 1])
     if loading is not None:

@@ -28,6 +28,9 @@ BUS_WINDOW = 20  # lines of a crash report's backtrace read after the signal lin
 _RANK_SIGBUS = _lazy(r"rank\s*:\s*(\d+)[^\n]*\n(?:[^\n]*\n){0,3}?\s*exitcode\s*:\s*-7\b")
 # torch.distributed.elastic's own line for the first local rank that failed (torch 1.9-2.x, multiprocessing/api.py)
 _ELASTIC_SIGBUS = _lazy(r"failed \(exitcode: -7\) local_rank: (\d+)")
+# the DeepSpeed launcher's own line once a rank ended (deepspeed/launcher/launch.py sigkill_handler, 0.3-0.16):
+# "{cmd} exits with return code = {code}", cmd being the rank's argv with its --local_rank
+_DS_SIGBUS = _lazy(r"(?:--local_rank=(\d+)[^\n]*?)?exits with return code = -7\b")
 _LOADER_BUS = _lazy(r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|Unexpected bus error encountered in worker")
 
 
@@ -81,8 +84,10 @@ def _ranks_bus_error(text: str, file: str) -> list[Verdict]:
     """torchrun's failure report with two or more ranks killed by SIGBUS and no DataLoader bus error: the training
     processes faulted on shared memory together, which a full /dev/shm under NCCL's segments does. A single rank
     killed so (elastic's "failed (exitcode: -7) local_rank: N" line) is only a lean."""
-    if "exitcode" not in text or ("SIGBUS" not in text and "-7" not in text) or _LOADER_BUS.search(text):
+    if "-7" not in text or _LOADER_BUS.search(text):
         return []
+    if "exitcode" not in text:
+        return _launcher_sigbus(text, file)
     from gpudoctor.engine.textfind import line_at
 
     ranks: dict[str, int] = {}
@@ -105,3 +110,20 @@ def _ranks_bus_error(text: str, file: str) -> list[Verdict]:
                 Evidence(file, first, f"ranks {', '.join(sorted(ranks, key=int))} were killed by SIGBUS (exit code "
                                       "-7) together: shared memory they had mapped ran out behind them", "because"))
     return [Verdict("D24", "rule:ranks-killed-by-sigbus", evidence, score=0.75)]
+
+
+def _launcher_sigbus(text: str, file: str) -> list[Verdict]:
+    """The DeepSpeed launcher's report of a rank that ended by SIGBUS (return code -7): a lean to D24, as one rank
+    killed so is under torchrun."""
+    m = _DS_SIGBUS.search(text)
+    if m is None:
+        return []
+    from gpudoctor.engine.textfind import line_at
+
+    at, line = line_at(text, m.start())
+    who = f"the rank with local rank {m.group(1)}" if m.group(1) else "a rank"
+    evidence = (Evidence(file, at, line, "hint:rank-killed-by-sigbus"),
+                Evidence(file, at, f"the DeepSpeed launcher reports {who} ended by SIGBUS (return code -7): memory "
+                                   "it had mapped, most often a shared-memory segment in /dev/shm, had no space behind "
+                                   "it", "because"))
+    return [Verdict("D24", "hint:rank-killed-by-sigbus", evidence, score=0.5, tier="possible")]

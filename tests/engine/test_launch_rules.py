@@ -165,6 +165,10 @@ def test_a_teardown_after_a_silent_rank_is_a_possible_d28(catalog, before):
     "[INFO|modeling_utils.py:1770] 2023-03-04 18:11:21,751 >> loading weights file /m/t5-xxl/pytorch_model.bin\n",
     "Loading checkpoint shards:  33%|███▎      | 1/3 [00:21<00:42, 21.30s/it]\n",
     "[2024-01-04 20:52:29,958] [INFO] [RANK 1]  > number of parameters on model parallel rank 1: 4520036800\n",
+    # a resume under the Trainer's DeepSpeed integration: every rank reads the optimizer states
+    "[INFO|deepspeed.py:449] 2022-05-15 00:12:20,447 >> Attempting to resume from out/checkpoint-22\n"
+    "[2022-05-15 00:12:51,292] [INFO] [engine.py:2754:_get_all_zero_checkpoint_state_dicts] successfully read 2 ZeRO "
+    "state_dicts for rank 0\n",
 ])
 def test_a_silent_teardown_while_the_ranks_load_the_model_is_d28(catalog, loading):
     """Every rank holding its copy of the model in host memory, and one killed without a word: D28."""
@@ -179,3 +183,22 @@ def test_a_teardown_after_a_traceback_or_an_error_exit_says_nothing_of_d28(catal
     exited = _TEARDOWN + ("[2023-12-05 10:57:30,388] [ERROR] [launch.py:321:sigkill_handler] ['python', '-u', "
                           "'train.py', '--local_rank=3'] exits with return code = 1\n")
     assert _teardown_hint(catalog, exited) == []
+
+
+def _exits(code: int) -> str:
+    return ("[2023-07-20 15:45:13,982] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', "
+            f"'--local_rank=1', '--deepspeed', 'ds.json'] exits with return code = {code}\n")
+
+
+def test_the_deepspeed_launchers_sigbus_return_code_leans_d24_not_d28(catalog):
+    """Return code -7 is a rank ended by SIGBUS: the /dev/shm lean, and not the OOM killer's SIGKILL."""
+    d = run(catalog, _LOADED + _TEARDOWN + _exits(-7))
+    assert possible(d)[0] == "D24" and not matches(d), d.findings
+    assert "local rank 1" in " ".join(ev.text for ev in d.findings[0].evidence)
+    assert _teardown_hint(catalog, _LOADED + _TEARDOWN + _exits(-7)) == []
+
+
+@pytest.mark.parametrize("code, d28", [(-9, True), (-11, False), (-6, False)])
+def test_a_teardown_is_read_as_the_oom_killer_only_for_sigkill(catalog, code, d28):
+    d = run(catalog, _LOADED + _TEARDOWN + _exits(code))
+    assert (matches(d)[:1] == ["D28"]) is d28, d.findings
