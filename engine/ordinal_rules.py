@@ -284,3 +284,31 @@ def spread_duplicates_rule(text: str, file: str) -> list:
             "ranks spread over all the GPUs and wrapped around, so the host runs more ranks than GPUs (D27)")
     return [Verdict("D3", "rule:duplicate-gpu-on-several-devices", (here,), rule_out=True, note=note),
             Verdict("D27", "rule:duplicate-gpu-on-several-devices", (here, why), score=0.9)]
+
+
+# CUDA's own words (cudaGetErrorString) for a driver that cannot serve the runtime: cudaErrorInsufficientDriver (35),
+# cudaErrorCallRequiresNewerDriver (36), cudaErrorSystemDriverMismatch (803), cudaErrorCompatNotSupportedOnDevice (804)
+_DRIVER_FAILS = _lazy(r"CUDA driver version is insufficient for CUDA runtime version|"
+                      r"API call is not supported in the installed CUDA driver|"
+                      r"system has unsupported display driver / cuda driver combination|"
+                      r"forward compatibility was attempted on non supported HW")
+
+
+def driver_ordinal_rule(text: str, file: str) -> list:
+    """D3 and D27 ruled out for an invalid device ordinal in a log where CUDA also reports a driver that cannot serve
+    the runtime: with the driver refusing calls, a device query fails whatever index it is given, so the ordinal
+    error says nothing of which GPU a rank chose or how many ranks a node runs (a driver/toolkit mismatch)."""
+    driver = _DRIVER_FAILS.search(text)
+    ordinal = _ORDINAL.search(text) if driver else None
+    if ordinal is None:
+        return []
+    from gpudoctor.engine.textfind import line_at
+
+    line_no, line = line_at(text, ordinal.start())
+    driver_no, _ = line_at(text, driver.start())
+    rule = "rule:ordinal-beside-driver-failure"
+    note = (f"line {driver_no}: CUDA reports \"{driver.group(0)}\"; with a driver that cannot serve the CUDA runtime "
+            f"the invalid device ordinal on line {line_no} follows from the driver, not from the device index a rank "
+            "chose (D3) or from more ranks than GPUs (D27)")
+    here = Evidence(file, line_no, line, rule)
+    return [Verdict("D3", rule, (here,), rule_out=True, note=note), Verdict("D27", rule, (here,), rule_out=True)]

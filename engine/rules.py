@@ -221,9 +221,9 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.nccl_rules import (coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule,
                                              shared_device_rule)
     from gpudoctor.engine.ds_no_sync import no_sync_rule
-    from gpudoctor.engine.ordinal_rules import (accelerate_modulo_rule, device_list_rule, failed_local_rank_rule,
-                                                one_node_ordinal_rule, requested_devices_rule,
-                                                spread_duplicates_rule)
+    from gpudoctor.engine.ordinal_rules import (accelerate_modulo_rule, device_list_rule, driver_ordinal_rule,
+                                                failed_local_rank_rule, one_node_ordinal_rule,
+                                                requested_devices_rule, spread_duplicates_rule)
     from gpudoctor.engine.nccl_tests import stopped_tests_rule
     from gpudoctor.engine.device_rules import device_rules
     from gpudoctor.engine.launch_rules import (literal_local_rank_rule, one_process_killed_rule, silent_teardown_rule,
@@ -260,6 +260,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(one_node_ordinal_rule(whole, scan.name) or failed_local_rank_rule(whole, scan.name))
             verdicts.extend(accelerate_modulo_rule(whole, scan.name) or spread_duplicates_rule(whole, scan.name))
             verdicts.extend(device_list_rule(whole, scan.name))
+            verdicts.extend(driver_ordinal_rule(whole, scan.name))
             verdicts.extend(requested_devices_rule(whole, scan.name))
             verdicts.extend(no_sync_rule(whole, scan.name))
             verdicts.extend(slow_step_rule(whole, scan.name))

@@ -107,3 +107,16 @@ def test_no_accelerate_sharing_verdict_without_both_signs(text):
     from gpudoctor.engine.ordinal_rules import accelerate_modulo_rule
 
     assert accelerate_modulo_rule(text, "log") == []
+
+
+@pytest.mark.parametrize("driver", [
+    "host:174:239 [0] enqueue.cc:802 NCCL WARN Cuda failure 'API call is not supported in the installed CUDA driver'\n",
+    "RuntimeError: CUDA driver version is insufficient for CUDA runtime version\n",
+])
+def test_an_invalid_ordinal_beside_a_driver_that_cannot_serve_the_runtime_is_neither_d3_nor_d27(driver):
+    """A driver/toolkit mismatch: the device index is not what failed (NVIDIA/nccl #496, an R460 driver under
+    CUDA enhanced compatibility)."""
+    ordinal = "host:174:239 [0] init.cc:895 NCCL WARN Cuda failure 'invalid device ordinal'\n"
+    assert ("D3", "match") in run("[1,0]<stdout>:" + ordinal)  # alone, NCCL's ordinal failure is D3's signature
+    found = run(driver + ordinal)
+    assert not any(entry in ("D3", "D27") for entry, _tier in found), found
