@@ -232,6 +232,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.group_rules import no_group_caller_rule
     from gpudoctor.engine.replica_rules import replica_rule
     from gpudoctor.engine.port_rules import bind_errno_rule, zmq_in_use_rule
+    from gpudoctor.engine.progress_rules import unequal_lengths_rule
     from gpudoctor.engine.shm_rules import shm_rules
     from gpudoctor.engine.slow_step import slow_step_rule
     from gpudoctor.engine.stall_rules import rank_zero_alone_rule
@@ -264,6 +265,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(requested_devices_rule(whole, scan.name))
             verdicts.extend(no_sync_rule(whole, scan.name))
             verdicts.extend(slow_step_rule(whole, scan.name))
+            verdicts.extend(unequal_lengths_rule(whole, scan.name))
             verdicts.extend(stopped_tests_rule(whole, scan.name))
             verdicts.extend(stacked_processes_rule(whole, scan.name))
             verdicts.extend(bind_errno_rule(whole, scan.name))
