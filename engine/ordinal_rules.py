@@ -109,10 +109,8 @@ def one_node_ordinal_rule(text: str, file: str) -> list:
     lines = text.splitlines()
     error = next((i for i, line in enumerate(lines) if _ORDINAL.search(line)), None)
     launch = next((i for i, line in enumerate(lines) if _LAUNCH.search(line)), None)
-    if error is None:
+    if error is None or launch is None:
         return []
-    if launch is None:
-        return _banner_ordinal(text, lines, error, file)
     if _MULTI_ON_LINE.search(lines[launch]) or _MULTI.search(text):
         return []
     n = _LAUNCH.search(lines[launch]).group(1)
@@ -122,12 +120,16 @@ def one_node_ordinal_rule(text: str, file: str) -> list:
                        "launches one node, where a device chosen by RANK is the one LOCAL_RANK picks")
 
 
-def _banner_ordinal(text: str, lines: list[str], error: int, file: str) -> list:
+def several_per_node_ordinal_rule(text: str, file: str) -> list:
     """The launcher's OMP_NUM_THREADS banner in place of the echoed command: several processes on this node, and no
     sign anywhere of a second node. Without the command the node count is not seen, so the score stays under the
-    echoed launch's."""
+    echoed launch's (a reading for logs where neither the command nor torchelastic's summary says more)."""
+    if "OMP_NUM_THREADS" not in text or not _ORDINAL.search(text):
+        return []
+    lines = text.splitlines()
+    error = next((i for i, line in enumerate(lines) if _ORDINAL.search(line)), None)
     banner = next((i for i, line in enumerate(lines) if _SEVERAL_PER_NODE.search(line)), None)
-    if banner is None or _MULTI.search(text) or any(_MULTI_ON_LINE.search(line) for line in lines):
+    if error is None or banner is None or _MULTI.search(text) or any(_MULTI_ON_LINE.search(line) for line in lines):
         return []
     verdicts = _d27_not_d3("rule:ordinal-under-several-per-node", file, error + 1, lines[error], banner + 1,
                            "the launcher set OMP_NUM_THREADS for each process, which it does only when it starts more "

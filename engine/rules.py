@@ -223,7 +223,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.ds_no_sync import no_sync_rule
     from gpudoctor.engine.ordinal_rules import (accelerate_modulo_rule, device_list_rule, driver_ordinal_rule,
                                                 failed_local_rank_rule, one_node_ordinal_rule,
-                                                requested_devices_rule, spread_duplicates_rule)
+                                                requested_devices_rule, several_per_node_ordinal_rule,
+                                                spread_duplicates_rule)
     from gpudoctor.engine.nccl_tests import stopped_tests_rule
     from gpudoctor.engine.device_rules import device_rules
     from gpudoctor.engine.launch_rules import (literal_local_rank_rule, one_process_killed_rule, silent_teardown_rule,
@@ -258,7 +259,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(auto_float_rule(whole, scan.name))
             verdicts.extend(init_wait_rule(whole, scan.name))
             verdicts.extend(duplicate_rank_rule(whole, scan.name))
-            verdicts.extend(one_node_ordinal_rule(whole, scan.name) or failed_local_rank_rule(whole, scan.name))
+            verdicts.extend(one_node_ordinal_rule(whole, scan.name) or failed_local_rank_rule(whole, scan.name)
+                            or several_per_node_ordinal_rule(whole, scan.name))
             verdicts.extend(accelerate_modulo_rule(whole, scan.name) or spread_duplicates_rule(whole, scan.name))
             verdicts.extend(device_list_rule(whole, scan.name))
             verdicts.extend(driver_ordinal_rule(whole, scan.name))
