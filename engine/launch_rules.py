@@ -4,6 +4,8 @@
   --use_env), which pass no local rank of their own, gives every worker the same N, and a script that picks its GPU
   from it puts every rank on one GPU (D3). Swin Transformer #158: `python -m torch.distributed.launch
   --nproc_per_node=4 --use_env ... main.py --local_rank 0` sat at "Start training" with all four on GPU 0.
+- torch 2.x's torch.distributed.launch hands each worker the dashed --local-rank=N; a script whose argparse usage offers
+  only --local_rank (or no such option) rejects it and never starts (D1's "unrecognized arguments: --local-rank=0").
 - CUDA_VISIBLE_DEVICES listing fewer GPUs than the --nproc_per_node on the same command line: more processes per
   node than GPUs it can see (D27), whoever starts them (a launcher, or a script that spawns its own).
 - accelerate's simple_launcher runs one process; when that process died by SIGKILL, the host ran out of memory for
@@ -78,6 +80,38 @@ def literal_local_rank_rule(text: str, file: str) -> list:
                 "its own), so a script that picks its GPU from it puts every rank on one GPU")
         return [Verdict("D3", "rule:literal-local-rank", (here,), score=SCORE, note=note)]
     return []
+
+
+# torch.distributed.launch from torch 2.0 passes the dashed --local-rank=N to the script (unless --use-env) and says so
+# in its deprecation warning (torch/distributed/launch.py: "If your script expects `--local-rank` argument to be set");
+# 1.x wrote `--local_rank` there and passed the underscored form
+_DASHED_LAUNCH = _lazy(r"If your script expects `--local-rank` argument to be set")
+_USE_ENV = _lazy(r"--use[-_]env\b(?! is set by default)")  # given on the command line, not the warning's aside
+# argparse prints its usage on a parse error ("usage: %(prog)s [-h] ..."), wrapped onto indented lines
+_USAGE = _lazy(r"^\s*usage: \S+(?: \[?-[^\n]*)?(?:\n[ \t]{4,}[^\n]+)*", re.MULTILINE)
+_PARSE_ERROR = _lazy(r"^\S+: error: [^\n]*", re.MULTILINE)  # argparse: "%(prog)s: error: %(message)s"
+DASHED_SCORE = 0.7
+
+
+def dashed_local_rank_rule(text: str, file: str) -> list:
+    """D1 when torch 2.x's torch.distributed.launch, which hands each worker --local-rank=N, starts a script whose
+    argparse usage offers no --local-rank (at most the underscored --local_rank, a different option to argparse): the
+    script rejects its launcher's argument ("unrecognized arguments: --local-rank=0") and never reads its rank."""
+    if "--local-rank" not in text or "usage:" not in text:
+        return []
+    launch = _DASHED_LAUNCH.search(text)
+    if launch is None or _USE_ENV.search(text):
+        return []
+    usage = next((m for m in _USAGE.finditer(text) if "--local-rank" not in m.group(0)), None)
+    if usage is None or any("--local-rank" not in m.group(0) for m in _PARSE_ERROR.finditer(text)):
+        return []  # (argparse's own error line, where the log shows it, names what it refused: another option)
+    line_no, line = line_at(text, usage.start())
+    offers = "only --local_rank" if "--local_rank" in usage.group(0) else "no local-rank option"
+    here = Evidence(file, line_no, line, "rule:script-rejects-dashed-local-rank")
+    why = Evidence(file, line_at(text, launch.start())[0],
+                   f"torch.distributed.launch (torch 2.x) passes --local-rank=N to each worker, and the script's usage "
+                   f"offers {offers}: argparse rejects the launcher's argument", "because")
+    return [Verdict("D1", "rule:script-rejects-dashed-local-rank", (here, why), score=DASHED_SCORE)]
 
 
 def visible_devices_rule(text: str, file: str) -> list:

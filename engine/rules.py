@@ -227,8 +227,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
                                                 spread_duplicates_rule)
     from gpudoctor.engine.nccl_tests import stopped_tests_rule
     from gpudoctor.engine.device_rules import device_rules
-    from gpudoctor.engine.launch_rules import (literal_local_rank_rule, one_process_killed_rule, silent_teardown_rule,
-                                               visible_devices_rule)
+    from gpudoctor.engine.launch_rules import (dashed_local_rank_rule, literal_local_rank_rule, one_process_killed_rule,
+                                               silent_teardown_rule, visible_devices_rule)
     from gpudoctor.engine.gpu_table import stacked_processes_rule
     from gpudoctor.engine.group_rules import no_group_caller_rule
     from gpudoctor.engine.replica_rules import replica_rule
@@ -273,6 +273,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(bind_errno_rule(whole, scan.name))
             verdicts.extend(zmq_in_use_rule(whole, scan.name))
             verdicts.extend(literal_local_rank_rule(whole, scan.name))
+            verdicts.extend(dashed_local_rank_rule(whole, scan.name))
             verdicts.extend(visible_devices_rule(whole, scan.name))
             verdicts.extend(one_process_killed_rule(whole, scan.name))
             verdicts.extend(silent_teardown_rule(whole, scan.name))

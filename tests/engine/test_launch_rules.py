@@ -202,3 +202,44 @@ def test_the_deepspeed_launchers_sigbus_return_code_leans_d24_not_d28(catalog):
 def test_a_teardown_is_read_as_the_oom_killer_only_for_sigkill(catalog, code, d28):
     d = run(catalog, _LOADED + _TEARDOWN + _exits(code))
     assert (matches(d)[:1] == ["D28"]) is d28, d.findings
+
+
+def _launched(tmp_path, *options: str, extra: str = "", needs: str = "") -> str:
+    """What torch.distributed.launch (torch 2.x) and two workers of a script that parses its options print (needs: a
+    required option the command does not give)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('-opt', required=True)\n"
+                      + (f"p.add_argument({needs!r}, required=True)\n" if needs else "")
+                      + "".join(f"p.add_argument({o!r}, type=int, default=0)\n" for o in options)
+                      + "p.parse_args()\n")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2", *extra.split(),
+                           str(script), "-opt", "x"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return proc.stdout + proc.stderr
+
+
+def test_a_script_that_only_takes_local_rank_underscored_under_torch2_launch_is_d1(catalog, tmp_path):
+    """DDColor #33: the launcher's --local-rank=N is not the script's --local_rank; the log is cut after the usage."""
+    out = _launched(tmp_path, "--local_rank")
+    assert "unrecognized arguments: --local-rank=" in out  # torch's launcher really passes the dashed form
+    cut = "".join(line + "\n" for line in out.splitlines() if "unrecognized arguments" not in line)
+    d = run(catalog, cut)
+    assert matches(d)[:1] == ["D1"], d.findings
+    assert any(ev.signature == "rule:script-rejects-dashed-local-rank" for ev in d.findings[0].evidence)
+
+
+def test_a_script_that_takes_the_launchers_argument_says_nothing_of_d1(catalog, tmp_path):
+    out = _launched(tmp_path, "--local-rank", "--local_rank")
+    assert "usage:" not in out, out  # the script parsed what it was given
+    d = run(catalog, out)
+    assert not any(ev.signature == "rule:script-rejects-dashed-local-rank" for f in d.findings for ev in f.evidence)
+
+
+def test_a_usage_error_about_another_option_says_nothing_of_d1(catalog, tmp_path):
+    """Under --use-env the launcher passes no argument: the script's usage error is about its own options."""
+    out = _launched(tmp_path, "--local_rank", extra="--use-env", needs="--data")
+    assert "usage:" in out and "--local-rank=" not in out, out
+    d = run(catalog, out)
+    assert not any(ev.signature == "rule:script-rejects-dashed-local-rank" for f in d.findings for ev in f.evidence)
