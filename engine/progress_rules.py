@@ -14,7 +14,10 @@ from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.rules import Verdict
 
-_BAR = _lazy(r"(?<![\d/])(\d{1,9})/(\d{1,9}) \[(?:(\d{1,4}):)?(\d{1,2}):(\d{2})<")
+# a bar's head up to its elapsed time, matched backwards from each "<" (str.find runs at C speed; a regex scan of a
+# bar-dense log from every digit does not)
+_BAR = _lazy(r"(?<![\d/])(\d{1,9})/(\d{1,9}) \[(?:(\d{1,4}):)?(\d{1,2}):(\d{2})$")
+BAR_HEAD = 40  # characters before the "<" that hold "n/total [h:mm:ss"
 SAME_TIME_S = 2  # the elapsed times of two bars of ranks in step differ by a redraw at most
 SAME_LOOP = 0.1  # totals this close (relative) count the same loop's batches, not a train and an eval loop
 SCORE = 0.65
@@ -27,7 +30,7 @@ def unequal_lengths_rule(text: str, file: str) -> list[Verdict]:
     from gpudoctor.engine.textfind import line_at
 
     bars: dict[int, list[tuple[int, int, int]]] = {}  # n -> (elapsed seconds, total, offset)
-    for m in _BAR.finditer(text):
+    for m in _bars(text):
         n, total = int(m.group(1)), int(m.group(2))
         if n < 1 or total < n:
             continue
@@ -62,3 +65,14 @@ def _in_step_pair(seen: list[tuple[int, int, int]]):
             if other[1] != total and abs(other[1] - total) <= SAME_LOOP * max(other[1], total):
                 return other, seen[i]
     return None
+
+
+def _bars(text: str):
+    """Each bar's head, found from the "<" after its elapsed time."""
+    search = _BAR.search
+    at = text.find("<")
+    while at != -1:
+        m = search(text, max(0, at - BAR_HEAD), at)
+        if m is not None:
+            yield m
+        at = text.find("<", at + 1)
