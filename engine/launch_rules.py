@@ -160,7 +160,7 @@ def silent_teardown_rule(text: str, file: str) -> list:
     if any(code < 0 and code != -9 for code in codes):
         return []  # a signal other than SIGKILL (a bus error, a segfault): not the OOM killer
     line_no, line = line_at(text, m.start())
-    loading = _loading_line(text.splitlines()[:line_no - 1])
+    loading = _loading_line(text[:m.start()].split("\n")[:-1])  # the lines before the teardown's, as line_at counts
     if loading is not None:
         rule = "rule:killed-while-loading-the-model"
         here = Evidence(file, line_no, line, rule)

@@ -126,7 +126,7 @@ def several_per_node_ordinal_rule(text: str, file: str) -> list:
     echoed launch's (a reading for logs where neither the command nor torchelastic's summary says more)."""
     if "OMP_NUM_THREADS" not in text or not _ORDINAL.search(text):
         return []
-    lines = text.splitlines()
+    lines = text.split("\n")  # numbered as line_at numbers them
     error = next((i for i, line in enumerate(lines) if _ORDINAL.search(line)), None)
     banner = next((i for i, line in enumerate(lines) if _SEVERAL_PER_NODE.search(line)), None)
     if error is None or banner is None or _MULTI.search(text) or any(_MULTI_ON_LINE.search(line) for line in lines):
