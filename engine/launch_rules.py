@@ -148,7 +148,8 @@ def one_process_killed_rule(text: str, file: str) -> list:
 
 
 def silent_teardown_rule(text: str, file: str) -> list:
-    """A possible D28 when the DeepSpeed launcher killed the ranks after one ended and no rank printed an error."""
+    """D28 when the DeepSpeed launcher killed the ranks after one ended and no rank printed an error: confident when
+    the ranks were last loading the model, a possible cause otherwise."""
     if "Killing subprocess" not in text:
         return []
     m = _TEARDOWN.search(text)
