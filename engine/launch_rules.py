@@ -33,7 +33,7 @@ EXPLAINED_SCORE = 0.95  # the launch line explains the failure the log ends in: 
 _ONE_PROCESS_KILLED = _lazy(r"in simple_launcher\b[\s\S]{0,600}?died with <Signals\.SIGKILL: 9>")
 # deepspeed/launcher/launch.py sigkill_handler (0.3-0.16): logger.info(f"Killing subprocess {process.pid}") for every
 # rank, then logger.error(f"{cmd} exits with return code = {last_return_code}")
-_TEARDOWN = _lazy(r"sigkill_handler\W.*Killing subprocess \d+")
+_TEARDOWN = _lazy(r"sigkill_handler\W[^\n]{0,80}?Killing subprocess \d+")  # (bounded: the prefix sits just before)
 _RETURN_CODE = _lazy(r"exits with return code = (-?\d+)")
 _RAISED = _lazy(r"Traceback \(most recent call last\)|^\W*(?:\w+\.)*\w*(?:Error|Exception)\b|\bError: ", re.MULTILINE)
 SILENT_TEARDOWN_SCORE = 0.5
@@ -88,7 +88,7 @@ def literal_local_rank_rule(text: str, file: str) -> list:
 _DASHED_LAUNCH = _lazy(r"If your script expects `--local-rank` argument to be set")
 _USE_ENV = _lazy(r"--use[-_]env\b(?! is set by default)")  # given on the command line, not the warning's aside
 # argparse prints its usage on a parse error ("usage: %(prog)s [-h] ..."), wrapped onto indented lines
-_USAGE = _lazy(r"^\s*usage: \S+(?: \[?-[^\n]*)?(?:\n[ \t]{4,}[^\n]+)*", re.MULTILINE)
+_USAGE = _lazy(r"^[ \t]*usage: \S+(?: \[?-[^\n]*)?(?:\n[ \t]{4,}[^\n]+)*", re.MULTILINE)
 _PARSE_ERROR = _lazy(r"^\S+: error: [^\n]*", re.MULTILINE)  # argparse: "%(prog)s: error: %(message)s"
 DASHED_SCORE = 0.7
 

@@ -30,7 +30,8 @@ _RANK_SIGBUS = _lazy(r"rank\s*:\s*(\d+)[^\n]*\n(?:[^\n]*\n){0,3}?\s*exitcode\s*:
 _ELASTIC_SIGBUS = _lazy(r"failed \(exitcode: -7\) local_rank: (\d+)")
 # the DeepSpeed launcher's own line once a rank ended (deepspeed/launcher/launch.py sigkill_handler, 0.3-0.16):
 # "{cmd} exits with return code = {code}", cmd being the rank's argv with its --local_rank
-_DS_SIGBUS = _lazy(r"(?:--local_rank=(\d+)[^\n]*?)?exits with return code = -7\b")
+_DS_SIGBUS = _lazy(r"exits with return code = -7\b")
+_DS_LOCAL_RANK = _lazy(r"--local_rank=(\d+)")
 _LOADER_BUS = _lazy(r"DataLoader worker \(pid[^)]*\) is killed by signal: Bus error|Unexpected bus error encountered in worker")
 
 
@@ -121,7 +122,8 @@ def _launcher_sigbus(text: str, file: str) -> list[Verdict]:
     from gpudoctor.engine.textfind import line_at
 
     at, line = line_at(text, m.start())
-    who = f"the rank with local rank {m.group(1)}" if m.group(1) else "a rank"
+    rank = _DS_LOCAL_RANK.search(line)  # the rank's argv, on the same line before the words
+    who = f"the rank with local rank {rank.group(1)}" if rank else "a rank"
     evidence = (Evidence(file, at, line, "hint:rank-killed-by-sigbus"),
                 Evidence(file, at, f"the DeepSpeed launcher reports {who} ended by SIGBUS (return code -7): memory "
                                    "it had mapped, most often a shared-memory segment in /dev/shm, had no space behind "
