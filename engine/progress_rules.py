@@ -55,15 +55,26 @@ def unequal_lengths_rule(text: str, file: str) -> list[Verdict]:
 
 def _in_step_pair(seen: list[tuple[int, int, int]]):
     """Two bars at one step drawn within SAME_TIME_S of each other whose totals differ but count the same loop, by a
-    sweep over the bars sorted by elapsed time (a long log redraws one step once per epoch and rank)."""
+    sweep over the bars sorted by elapsed time (a long log redraws one step once per epoch and rank). The window keeps
+    one bar per distinct total, so bars that repeat one total cost nothing more; totals that are not within SAME_LOOP
+    of each other are few (nine digits hold about two hundred of them)."""
     seen.sort()
+    latest: dict[int, tuple[int, int, int]] = {}  # total -> its latest bar in the window
+    count: dict[int, int] = {}  # total -> bars with it in the window
     start = 0
-    for i, (t, total, _at) in enumerate(seen):
+    for bar in seen:
+        t, total, _at = bar
         while t - seen[start][0] > SAME_TIME_S:
+            gone = seen[start][1]
+            count[gone] -= 1
+            if not count[gone]:
+                del count[gone], latest[gone]
             start += 1
-        for other in seen[start:i]:
-            if other[1] != total and abs(other[1] - total) <= SAME_LOOP * max(other[1], total):
-                return other, seen[i]
+        for other, other_bar in latest.items():
+            if other != total and abs(other - total) <= SAME_LOOP * max(other, total):
+                return other_bar, bar
+        latest[total] = bar
+        count[total] = count.get(total, 0) + 1
     return None
 
 

@@ -99,3 +99,24 @@ def test_a_long_token_in_a_failure_line_is_read_in_linear_time(tmp_path, unit):
     code, out, err = _diagnose(tmp_path, data)
     assert code in (0, 1) and "Traceback" not in err, err
     assert time.perf_counter() - start < 8  # about 0.5 s each here; quadratic was over 40 s at this size
+
+
+# a rule's own trigger repeated along one long line: each of these once made a rule rescan the rest of the line from
+# every repetition (the DeepSpeed teardown's prefix, its argv before a return code, argparse's usage after blank lines)
+REPEATED_TRIGGERS = [
+    ("sigkill_handler] ", "Killing subprocess 12\n"),
+    ("'--local_rank=1', ", "] exits with return code = -7\n"),
+    ("\n", "usage: train.py [-h] [--local_rank L]\nIf your script expects `--local-rank` argument to be set\n"),
+    ("18679/18686 [1:50:07<00:02, 2.83it/s] ", "\n"),
+]
+
+
+@pytest.mark.parametrize("unit, tail", REPEATED_TRIGGERS)
+def test_a_rule_trigger_repeated_along_a_line_is_read_in_linear_time(tmp_path, unit, tail):
+    import time
+
+    data = ((unit * (3_000_000 // len(unit)))[:3_000_000] + tail).encode()
+    start = time.perf_counter()
+    code, out, err = _diagnose(tmp_path, data)
+    assert code in (0, 1) and "Traceback" not in err, err
+    assert time.perf_counter() - start < 10  # a few seconds here at most; quadratic was minutes at this size
