@@ -232,6 +232,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.gpu_table import stacked_processes_rule
     from gpudoctor.engine.group_rules import no_group_caller_rule
     from gpudoctor.engine.replica_rules import replica_rule
+    from gpudoctor.engine.local_rank_rules import first_gpu_for_all_rule
     from gpudoctor.engine.port_rules import bind_errno_rule, zmq_in_use_rule
     from gpudoctor.engine.progress_rules import unequal_lengths_rule
     from gpudoctor.engine.shm_rules import shm_rules
@@ -268,6 +269,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(no_sync_rule(whole, scan.name))
             verdicts.extend(slow_step_rule(whole, scan.name))
             verdicts.extend(unequal_lengths_rule(whole, scan.name))
+            verdicts.extend(first_gpu_for_all_rule(whole, scan.name))
             verdicts.extend(stopped_tests_rule(whole, scan.name))
             verdicts.extend(stacked_processes_rule(whole, scan.name))
             verdicts.extend(bind_errno_rule(whole, scan.name))
