@@ -161,7 +161,9 @@ def silent_teardown_rule(text: str, file: str) -> list:
     if any(code < 0 and code != -9 for code in codes):
         return []  # a signal other than SIGKILL (a bus error, a segfault): not the OOM killer
     line_no, line = line_at(text, m.start())
-    loading = _loading_line(text[:m.start()].split("\n")[:-1])  # the lines before the teardown's, as line_at counts
+    # the last lines before the teardown's (split from the end: a 4 MiB log is not split whole for twenty lines)
+    before = text[:m.start()].rsplit("\n", LOADING_WINDOW + 1)[:-1]
+    loading = _loading_line(before, line_no - len(before))
     if loading is not None:
         rule = "rule:killed-while-loading-the-model"
         here = Evidence(file, line_no, line, rule)
@@ -176,7 +178,7 @@ def silent_teardown_rule(text: str, file: str) -> list:
     return [Verdict("D28", "hint:silent-rank-teardown", (here, why), score=SILENT_TEARDOWN_SCORE, tier="possible")]
 
 
-def _loading_line(before: list[str]) -> tuple[int, str] | None:
+def _loading_line(before: list[str], first_no: int) -> tuple[int, str] | None:
     """The last model-loading line among the lines just before the teardown, when no training step came after it."""
     start = max(0, len(before) - LOADING_WINDOW)
     for i in range(len(before) - 1, start - 1, -1):
@@ -186,5 +188,5 @@ def _loading_line(before: list[str]) -> tuple[int, str] | None:
             from gpudoctor.engine.prefix import parse_prefix
 
             body = " ".join(parse_prefix(before[i]).body.split())
-            return i + 1, body if len(body) <= 90 else body[:89] + "…"
+            return first_no + i, body if len(body) <= 90 else body[:89] + "…"
     return None

@@ -100,12 +100,7 @@ def _ranks_bus_error(text: str, file: str) -> list[Verdict]:
         m = _ELASTIC_SIGBUS.search(text) or _RANK_SIGBUS.search(text)
         if m is None:
             return []
-        at, line = line_at(text, m.start())
-        evidence = (Evidence(file, at, line, "hint:rank-killed-by-sigbus"),
-                    Evidence(file, at, f"rank {m.group(1)} was killed by SIGBUS (exit code -7): memory it had "
-                                       "mapped, most often a shared-memory segment in /dev/shm, had no space behind it",
-                             "because"))
-        return [Verdict("D24", "hint:rank-killed-by-sigbus", evidence, score=0.5, tier="possible")]
+        return _sigbus_lean(file, *line_at(text, m.start()), f"rank {m.group(1)} was killed by SIGBUS (exit code -7)")
     first, line = line_at(text, min(ranks.values()))
     evidence = (Evidence(file, first, line, "rule:ranks-killed-by-sigbus"),
                 Evidence(file, first, f"ranks {', '.join(sorted(ranks, key=int))} were killed by SIGBUS (exit code "
@@ -124,8 +119,13 @@ def _launcher_sigbus(text: str, file: str) -> list[Verdict]:
     at, line = line_at(text, m.start())
     rank = _DS_LOCAL_RANK.search(line)  # the rank's argv, on the same line before the words
     who = f"the rank with local rank {rank.group(1)}" if rank else "a rank"
-    evidence = (Evidence(file, at, line, "hint:rank-killed-by-sigbus"),
-                Evidence(file, at, f"the DeepSpeed launcher reports {who} ended by SIGBUS (return code -7): memory "
-                                   "it had mapped, most often a shared-memory segment in /dev/shm, had no space behind "
-                                   "it", "because"))
-    return [Verdict("D24", "hint:rank-killed-by-sigbus", evidence, score=0.5, tier="possible")]
+    return _sigbus_lean(file, at, line, f"the DeepSpeed launcher reports {who} ended by SIGBUS (return code -7)")
+
+
+def _sigbus_lean(file: str, at: int, line: str, what: str) -> list[Verdict]:
+    """One training process ended by SIGBUS, as `what` says: shared memory is the usual cause under several ranks,
+    but a memory-mapped file truncated behind a single reader faults the same way, so it stays a lean to D24."""
+    why = f"{what}: memory it had mapped, most often a shared-memory segment in /dev/shm, had no space behind it"
+    return [Verdict("D24", "hint:rank-killed-by-sigbus",
+                    (Evidence(file, at, line, "hint:rank-killed-by-sigbus"), Evidence(file, at, why, "because")),
+                    score=0.5, tier="possible")]
