@@ -67,8 +67,9 @@ _ERRORISH = re.compile(r"error|exception|fail|fatal|abort|timed? ?out|killed|ref
 def load_cases(base: Path, pattern: str, before_relabel: bool = False) -> list[dict]:
     """The manifest entries under base (every file matching pattern), each with its absolute path.
 
-    before_relabel: the labels as they were before an entry for their cause joined the catalogue (a `relabelled:`
-    case counts as the negative it was), to compare with figures measured before that."""
+    before_relabel: the labels as they were before a relabel (a `relabelled:` case counts as its `was:` label, a
+    negative where it names none: most relabels are a cause whose entry joined the catalogue later), to compare with
+    figures measured before that."""
     import yaml
 
     cases = []
@@ -76,7 +77,7 @@ def load_cases(base: Path, pattern: str, before_relabel: bool = False) -> list[d
         for case in yaml.safe_load(manifest.read_text()) or []:
             case = dict(case)
             if before_relabel and case.get("relabelled"):
-                case["expect"] = None
+                case["expect"] = case.get("was")
             case["abs"] = base / case["path"]
             framework = str(case.get("framework") or "pytorch").lower()
             case["framework"] = FRAMEWORK_ALIASES.get(framework, framework)
@@ -319,8 +320,9 @@ def main(argv=None) -> int:
                         help="also show each collection batch apart (BATCHES in this file: dev-1127 to dev-1128l and "
                              "sealed-1127 to sealed-1128l, collected on 2026-11-27 and 2026-11-28)")
     parser.add_argument("--before-relabel", action="store_true",
-                        help="count every `relabelled:` case as the negative it was before its entry (D24, D25, D27, D28, MN8) joined "
-                             "the catalogue or widened to take in its cause (D8), to compare with figures measured before")
+                        help="count every `relabelled:` case as the label it had before: the negative it was until its entry "
+                             "(D24, D25, D27, D28, MN8) joined the catalogue or widened to take in its cause (D8), or the "
+                             "`was:` label a later labelling rule changed, to compare with figures measured before")
     parser.add_argument("--dev-only", action="store_true",
                         help="measure the development set alone: for whoever is writing signatures, so that not "
                              "even the sealed set's totals can steer them")

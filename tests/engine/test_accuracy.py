@@ -218,6 +218,17 @@ def test_wilson_interval_matches_the_textbook_values():
     assert accuracy.wilson(3, 0) is None
 
 
+def test_before_relabel_restores_the_label_a_relabel_names_as_was(tmp_path):
+    bench = _bench()
+    for name in ("a.log", "b.log"):
+        (tmp_path / name).write_text("RuntimeError: Default process group has not been initialized\n")
+    (tmp_path / "manifest.yaml").write_text(
+        "- path: a.log\n  expect: D1\n  was: null\n  relabelled: 'labelling rule'\n"
+        "- path: b.log\n  expect: null\n  was: D1\n  relabelled: 'the thread found a library bug'\n")
+    assert [c["expect"] for c in bench.load_cases(tmp_path, "manifest*.yaml")] == ["D1", None]
+    assert [c["expect"] for c in bench.load_cases(tmp_path, "manifest*.yaml", before_relabel=True)] == [None, "D1"]
+
+
 def test_before_relabel_counts_a_relabelled_case_as_the_negative_it_was(tmp_path):
     bench = _bench()
     (tmp_path / "x.log").write_text("include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device\n")
