@@ -7,10 +7,11 @@ caller. Where that is the job's own code (a `get_rank()` in a model's constructo
 partitions the dataset), the script was written to run under a launcher and was started without one (D1).
 
 Where it is SyncBatchNorm (torch/nn/modules/batchnorm.py, mmcv's or apex's), the same message comes from a
-single-GPU run whose config asks for a cross-GPU BatchNorm; whether that is a launch slip or a config to change is
-the thread's to say, and the log alone leaves D1 possible. A traceback printed without the caller's frame proves
-nothing either way. Where the error line stands ahead of its frames (an issue title, a paste in reverse), the frames
-below it count when they reach torch.distributed or the caller's own line calls it.
+one-process run whose model or config asks for a cross-GPU BatchNorm: still no group because no launcher ran (D1, by
+the entry's own symptom and the labelling rule of the public logs), and the evidence points to the fix step for a run
+meant for one GPU (plain BatchNorm, or torchrun with one process). A traceback printed without the caller's frame
+proves nothing either way. Where the error line stands ahead of its frames (an issue title, a paste in reverse), the
+frames below it count when they reach torch.distributed or the caller's own line calls it.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ _CALLS_C10D = _lazy(r"\b(?:dist|distributed)\.(?:get_rank|get_world_size|all_gat
 # cross-GPU BatchNorm: torch's SyncBatchNorm.forward, mmcv's and apex's, and any frame or code line naming it
 _SYNC_BN = _lazy(r"(?i)batchnorm|sync_?bn\b|syncbn|SyncBatchNorm|sync_batch_norm")
 SCORE = 0.8
+SYNC_BN_SCORE = 0.7  # the same message, from a layer the model config chose
 
 
 def _caller(lines: list[str], at: int) -> int | None:
@@ -72,9 +74,10 @@ def no_group_caller_rule(text: str, file: str) -> list[Verdict]:
             i = _caller_below(lines, at)
         if i is None:
             return []
-        region = lines[max(0, at - LOOK_BACK): max(at, i + 1) + 1]
-        if any(_SYNC_BN.search(x) for x in region):
-            return []
+        start = max(0, at - LOOK_BACK)
+        sync_bn = next((j for j in range(start, max(at, i + 1) + 1) if _SYNC_BN.search(lines[j])), None)
+        if sync_bn is not None:
+            return [_sync_bn_verdict(file, at, line, sync_bn, lines[sync_bn])]
         what = clean_code(lines[i])
         if i + 1 < len(lines) and i + 1 != at and not _FRAME.search(lines[i + 1]):
             what += " " + clean_code(lines[i + 1])  # the caller's source line
@@ -84,3 +87,13 @@ def no_group_caller_rule(text: str, file: str) -> list[Verdict]:
                 "to run under a launcher; started as a plain process, no process group exists")
         return [Verdict("D1", "rule:group-asked-for-by-the-script", (here, why), score=SCORE, note=note)]
     return []
+
+
+def _sync_bn_verdict(file: str, at: int, line: str, j: int, sync_bn: str) -> Verdict:
+    """D1 where the one asking is a cross-GPU BatchNorm: the fix for a one-GPU run is the config, not a launcher."""
+    here = Evidence(file, at + 1, line, "rule:syncbn-without-group")
+    why = Evidence(file, j + 1, f"asked for by a cross-GPU BatchNorm: {clean_code(sync_bn)}", "because")
+    note = ("a SyncBatchNorm layer asks torch.distributed for the group's size; in a process started without a "
+            "launcher there is none. For a run meant for one GPU, use plain BatchNorm (or start it with torchrun "
+            "--nproc-per-node=1)")
+    return Verdict("D1", "rule:syncbn-without-group", (here, why), score=SYNC_BN_SCORE, note=note)

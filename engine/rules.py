@@ -339,7 +339,11 @@ def merge(entries: dict, findings: list[Finding], verdicts: list[Verdict]) -> tu
                                      fix=entry.fix_summary, probes=entry.probes, signatures=(v.rule,),
                                      explains=tuple(t for t in entry.explains if t in by_id))
         else:
-            evidence = tuple(dict.fromkeys(v.evidence + f.evidence))[:8]
+            # one line once: the rule's evidence first, a signature's hit on the same line adds nothing to read
+            first: dict[tuple, Evidence] = {}
+            for e in v.evidence + f.evidence:
+                first.setdefault((e.file, e.line, e.text), e)
+            evidence = tuple(first.values())[:8]
             sigs = f.signatures + ((v.rule,) if v.rule not in f.signatures else ())
             by_id[v.entry] = replace(f, score=max(f.score, v.score), evidence=evidence, signatures=sigs)
         note(v)  # what the structure says about how this entry came about

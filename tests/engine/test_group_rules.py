@@ -1,4 +1,5 @@
-"""Who asked for the default process group (engine/group_rules.py): the job's own code is D1, SyncBatchNorm is not proof."""
+"""Who asked for the default process group (engine/group_rules.py): the job's own code is D1, and so is a SyncBatchNorm
+layer in a one-process run, with the fix step for a run meant for one GPU."""
 from __future__ import annotations
 
 import json
@@ -58,13 +59,30 @@ def test_diagnose_puts_d1_first_as_a_match(real_traceback, tmp_path):
     assert (first["id"], first["tier"], done.returncode) == ("D1", "match", 0)
 
 
-def test_syncbatchnorm_asking_is_left_possible():
-    text = "\n".join(["Traceback (most recent call last):",
-                      *frames(("/work/train.py", "main", "out = model(x)"),
-                              ("/usr/lib/python3/site-packages/torch/nn/modules/batchnorm.py", "forward",
-                               "world_size = torch.distributed.get_world_size(process_group)")),
-                      *C10D_FRAMES, ERROR])
-    assert no_group_caller_rule(text, "x.log") == []
+# torch 1.x's SyncBatchNorm.forward asked for the world size in training even without a group (2.x falls back to
+# plain BatchNorm, so no real run on this machine prints it); mmcv's SyncBN still does
+SYNC_BN_TRACEBACK = "\n".join(["Traceback (most recent call last):",
+                               *frames(("/work/train.py", "main", "out = model(x)"),
+                                       ("/usr/lib/python3/site-packages/torch/nn/modules/batchnorm.py", "forward",
+                                        "world_size = torch.distributed.get_world_size(process_group)")),
+                               *C10D_FRAMES, ERROR])
+
+
+def test_syncbatchnorm_asking_names_d1_by_the_layer():
+    [v] = no_group_caller_rule(SYNC_BN_TRACEBACK, "x.log")
+    assert (v.entry, v.rule, v.rule_out) == ("D1", "rule:syncbn-without-group", False)
+    assert "batchnorm.py" in v.evidence[1].text and v.evidence[1].line == 4
+    assert "plain BatchNorm" in v.note
+
+
+def test_diagnose_points_a_syncbn_run_to_the_one_gpu_fix_step(tmp_path):
+    log = tmp_path / "err.log"
+    log.write_text(SYNC_BN_TRACEBACK + "\n")
+    done = subprocess.run([sys.executable, "-m", "gpudoctor", "diagnose", "--json", str(log)],
+                          capture_output=True, text=True, timeout=120)
+    first = json.loads(done.stdout)["findings"][0]
+    assert (first["id"], first["tier"], done.returncode) == ("D1", "match", 0)
+    assert "BatchNorm" in json.dumps(first.get("fix_step") or first)
 
 
 def test_a_cut_traceback_with_only_torchs_frames_proves_nothing():
