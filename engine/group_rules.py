@@ -27,6 +27,10 @@ _CALLS_C10D = _lazy(r"\b(?:dist|distributed)\.(?:get_rank|get_world_size|all_gat
 # cross-GPU BatchNorm: torch's SyncBatchNorm.forward, mmcv's and apex's, and any frame or code line naming it
 _SYNC_BN = _lazy(r"(?i)batchnorm|sync_?bn\b|syncbn|SyncBatchNorm|sync_batch_norm")
 SCORE = 0.8
+# torch_xla's process launcher (xmp.spawn), in a frame of the traceback
+_XLA_SPAWN = _lazy(r"torch_xla[/\\]distributed[/\\]xla_multiprocessing\.py|\bxmp\.spawn\(")
+XLA_NOTE = ("torch_xla started these workers (one per TPU core), so a launcher did run; a default process group "
+            "asked for under XLA is a code path the library does not support on that backend")
 SYNC_BN_SCORE = 0.7  # the same message, from a layer the model config chose
 
 
@@ -69,6 +73,9 @@ def no_group_caller_rule(text: str, file: str) -> list[Verdict]:
     for at, line in enumerate(lines):
         if "Default process group" not in line or not _ERROR.search(line):
             continue
+        xla = _xla_workers(file, lines, at)
+        if xla is not None:
+            return [xla]
         i = _caller(lines, at)
         if i is None:
             i = _caller_below(lines, at)
@@ -87,6 +94,17 @@ def no_group_caller_rule(text: str, file: str) -> list[Verdict]:
                 "to run under a launcher; started as a plain process, no process group exists")
         return [Verdict("D1", "rule:group-asked-for-by-the-script", (here, why), score=SCORE, note=note)]
     return []
+
+
+def _xla_workers(file: str, lines: list[str], at: int) -> Verdict | None:
+    """Not D1 where torch_xla's multiprocessing started the workers (a TPU job): they were launched, one per core,
+    and their collectives go through XLA; a code path that asks torch.distributed for its default group there is
+    one the library does not support on that backend, which no launcher change fixes."""
+    for j in range(max(0, at - LOOK_BACK), min(len(lines), at + LOOK_BACK)):
+        if _XLA_SPAWN.search(lines[j]):
+            here = Evidence(file, j + 1, lines[j], "rule:xla-workers-launched")
+            return Verdict("D1", "rule:xla-workers-launched", (here,), rule_out=True, note=XLA_NOTE)
+    return None
 
 
 def _sync_bn_verdict(file: str, at: int, line: str, j: int, sync_bn: str) -> Verdict:

@@ -112,3 +112,18 @@ def test_the_source_line_quoted_in_a_frame_is_not_the_error():
                       *quoted, "AssertionError: Default process group is not initialized"])
     [v] = no_group_caller_rule(text, "x")
     assert v.evidence[0].line == 6 and v.evidence[1].line == 2
+
+
+def test_workers_torch_xla_started_are_not_d1():
+    """A TPU job: torch_xla's launcher started one worker per core, so no launcher is missing."""
+    text = "\n".join(["Traceback (most recent call last):",
+                      *frames(("/usr/local/lib/python3.8/dist-packages/fairseq_cli/train.py", "cli_main",
+                               "distributed_utils.call_main(args, main)"),
+                              ("/usr/local/lib/python3.8/dist-packages/torch_xla/distributed/xla_multiprocessing.py",
+                               "spawn", "start_method=start_method)")),
+                      "AssertionError: Default process group is not initialized"])
+    [v] = no_group_caller_rule(text, "x.log")
+    assert (v.entry, v.rule_out, v.evidence[0].line) == ("D1", True, 4)
+    log = "\n".join(["AssertionError: Default process group is not initialized", text])
+    assert no_group_caller_rule(log.replace("torch_xla/distributed/xla_multiprocessing", "torch/multiprocessing/spawn"),
+                                "x.log") == []
