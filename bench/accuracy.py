@@ -219,11 +219,24 @@ def summarize(rows: list[dict]) -> dict:
     return figures
 
 
+OUTCOMES = ("match right", "match wrong", "guess right", "guess wrong", "nothing")
+
+
+def outcome(row: dict) -> str:
+    """How a positive ended: a confident match (right or wrong), else the first guess (right or wrong), else nothing."""
+    if row["matches"]:
+        return "match right" if row["matches"][0] == row["expect"] else "match wrong"
+    if row["possible"]:
+        return "guess right" if row["possible"][0] == row["expect"] else "guess wrong"
+    return "nothing"
+
+
 def summarize_flat(rows: list[dict]) -> dict:
     pos = [r for r in rows if r["expect"]]
     neg = [r for r in rows if not r["expect"]]
     return {
         "positives": len(pos), "negatives": len(neg),
+        "outcomes": {k: sum(outcome(r) == k for r in pos) for k in OUTCOMES},
         "top1": _rate(sum(r["matches"][:1] == [r["expect"]] for r in pos), len(pos)),
         "top3": _rate(sum(r["expect"] in r["ranked"] for r in pos), len(pos)),
         "first_named": _rate(sum(r["ranked"][:1] == [r["expect"]] for r in pos), len(pos)),
@@ -307,6 +320,12 @@ def render(sets: dict[str, dict], verbose: bool, show_sealed: bool) -> str:
         for size, s in sets[name].get("by_size", {}).items():
             lines.append(f"  {size:<22} {s['positives']:>3}/{s['negatives']:<3} {_pct(s['top1'])}  {_pct(s['top3'])}  "
                          f"{_pct(s['negatives_clean'])}   {_pct(s['first_named'])}       {_pct(s['baseline_top1'])}")
+    for name in names:
+        lines.append("")
+        lines.append(f"how the positives ended ({name}), counts: " + " / ".join(OUTCOMES))
+        for size, s in sets[name].get("by_size", {}).items():
+            counts = s["outcomes"]
+            lines.append(f"  {size:<22} " + "".join(f"{counts[k]:>7}" for k in OUTCOMES))
     return "\n".join(lines)
 
 

@@ -264,3 +264,11 @@ def test_blind_labels_name_dev_logs_and_the_label_ceiling_bench_runs():
     assert sealed["positives"] >= 60 and sealed["negatives"] >= 30
     assert sealed["tool_first_named"] >= 0.7
     assert sealed["tool_top1_where_reader_sure_and_right"] >= 0.65
+
+
+def test_outcomes_sort_each_positive_into_one_kind():
+    bench = _bench()
+    rows = [{"expect": "D1", "matches": ["D1"], "possible": []}, {"expect": "D1", "matches": ["D4"], "possible": ["D1"]},
+            {"expect": "D1", "matches": [], "possible": ["D1", "D4"]}, {"expect": "D1", "matches": [], "possible": ["D4"]},
+            {"expect": "D1", "matches": [], "possible": []}]
+    assert [bench.outcome(r) for r in rows] == list(bench.OUTCOMES)
