@@ -49,6 +49,18 @@ def test_the_launchers_several_processes_banner_with_no_second_node_makes_an_inv
     assert found[0] == ("D27", "match") and ("D3", "match") not in found, found
 
 
+# torchelastic's agent after one worker failed (torch/distributed/elastic/multiprocessing/api.py, 1.9-2.x)
+TEARDOWN = ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4210 closing signal SIGTERM\n"
+            "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 4208) of "
+            "binary: /usr/bin/python3\n")
+
+
+def test_the_agent_signalling_the_nodes_other_workers_makes_an_invalid_ordinal_d27():
+    found = run(ORDINAL.replace("[rank5]: ", "") + TEARDOWN)
+    assert found[0] == ("D27", "match") and ("D3", "match") not in found, found
+    assert run("SLURM_JOB_NNODES=2\n" + ORDINAL + TEARDOWN)[0] == ("D3", "match")
+
+
 @pytest.mark.parametrize("second_node", ["SLURM_JOB_NNODES=2\n", "  --node_rank=1 --master_addr=10.0.0.1\n"])
 def test_the_banner_beside_a_second_node_leaves_the_ordinal_to_the_multi_node_reading(second_node):
     assert ("D27", "match") not in run(BANNER + second_node + ORDINAL)

@@ -108,6 +108,9 @@ REPEATED_TRIGGERS = [
     ("'--local_rank=1', ", "] exits with return code = -7\n"),
     ("\n", "usage: train.py [-h] [--local_rank L]\nIf your script expects `--local-rank` argument to be set\n"),
     ("18679/18686 [1:50:07<00:02, 2.83it/s] ", "\n"),
+    ("Sending process 4 closing signal SIGTERM ", "\nRuntimeError: CUDA error: invalid device ordinal\n"),
+    ("torch_xla/distributed/xla_multiprocessing.py ", "\nAssertionError: Default process group is not initialized\n"),
+    ("torch/nn/modules/batchnorm.py ", "\nValueError: Default process group has not been initialized\n"),
 ]
 
 
