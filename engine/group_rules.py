@@ -31,7 +31,10 @@ SCORE = 0.8
 _XLA_SPAWN = _lazy(r"torch_xla[/\\]distributed[/\\]xla_multiprocessing\.py|\bxmp\.spawn\(")
 XLA_NOTE = ("torch_xla started these workers (one per TPU core), so a launcher did run; a default process group "
             "asked for under XLA is a code path the library does not support on that backend")
-SYNC_BN_SCORE = 0.7  # the same message, from a layer the model config chose
+SYNC_BN_SCORE = 0.7
+CUT_SCORE = 0.6  # the message itself is not in the log, only the frame that raises it
+# the innermost frame of a cut traceback inside the function that raises the missing-group error (its name may be cut)
+_RAISER_FRAME = _lazy(r"distributed_c10d\.py\"?,? line \d+, in (_get_default_g\w*|_check_default_pg\w*)\s*$")  # the same message, from a layer the model config chose
 
 
 def _caller(lines: list[str], at: int) -> int | None:
@@ -68,6 +71,8 @@ def _caller_below(lines: list[str], at: int) -> int | None:
 def no_group_caller_rule(text: str, file: str) -> list[Verdict]:
     """D1 when the job's own code asked torch.distributed for its rank or size before any group was made."""
     if "process group" not in text:
+        if "_get_default_g" in text or "_check_default_pg" in text:
+            return _cut_in_the_raiser(text.splitlines(), file)
         return []
     lines = text.splitlines()
     for at, line in enumerate(lines):
@@ -93,7 +98,29 @@ def no_group_caller_rule(text: str, file: str) -> list[Verdict]:
         note = (f"line {i + 1}: the job's own code asks torch.distributed for the group's rank or size, code written "
                 "to run under a launcher; started as a plain process, no process group exists")
         return [Verdict("D1", "rule:group-asked-for-by-the-script", (here, why), score=SCORE, note=note)]
-    return []
+    return _cut_in_the_raiser(lines, file)
+
+
+def _cut_in_the_raiser(lines: list[str], file: str) -> list[Verdict]:
+    """A traceback cut at its innermost frame, where that frame is torch.distributed's `_get_default_group` or
+    `_check_default_pg`: those functions raise nothing but the missing-group error, so the frame is the message."""
+    last = len(lines) - 1
+    while last >= 0 and not lines[last].strip():
+        last -= 1
+    if last < 0 or not _RAISER_FRAME.search(lines[last]):
+        return []
+    i = _caller(lines, last)
+    if i is None:
+        return []
+    region = lines[max(0, last - LOOK_BACK): last + 1]
+    if any(_SYNC_BN.search(x) for x in region) or any(_XLA_SPAWN.search(x) for x in region):
+        return []  # left to the signatures' reading of a whole message, as the uncut cases above are
+    here = Evidence(file, last + 1, lines[last], "rule:group-asked-for-by-the-script")
+    why = Evidence(file, i + 1, f"asked for by the job's own code: {clean_code(lines[i])}", "because")
+    note = (f"line {last + 1}: the traceback is cut inside torch.distributed's {_RAISER_FRAME.search(lines[last])[1]}, "
+            "which raises only 'Default process group has not been initialized'; the job's own code on line "
+            f"{i + 1} asked for the group in a process that has none")
+    return [Verdict("D1", "rule:group-asked-for-by-the-script", (here, why), score=CUT_SCORE, note=note)]
 
 
 def _xla_workers(file: str, lines: list[str], at: int) -> Verdict | None:

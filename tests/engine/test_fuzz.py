@@ -111,6 +111,7 @@ REPEATED_TRIGGERS = [
     ("Sending process 4 closing signal SIGTERM ", "\nRuntimeError: CUDA error: invalid device ordinal\n"),
     ("torch_xla/distributed/xla_multiprocessing.py ", "\nAssertionError: Default process group is not initialized\n"),
     ("torch/nn/modules/batchnorm.py ", "\nValueError: Default process group has not been initialized\n"),
+    ('  File "x/distributed_c10d.py", line 4, in _get_default_group ', ""),
 ]
 
 

@@ -127,3 +127,18 @@ def test_workers_torch_xla_started_are_not_d1():
     log = "\n".join(["AssertionError: Default process group is not initialized", text])
     assert no_group_caller_rule(log.replace("torch_xla/distributed/xla_multiprocessing", "torch/multiprocessing/spawn"),
                                 "x.log") == []
+
+
+def test_a_traceback_cut_inside_the_function_that_raises_the_missing_group_error_is_d1():
+    """_get_default_group raises nothing else: a paste cut at that frame (its name cut too) still names D1."""
+    cut = "\n".join(["Traceback (most recent call last):",
+                     *frames(("/work/trainer.py", "evaluate", "self.args.local_rank = torch.distributed.get_rank()"),
+                             (C10D, "get_rank", "default_pg = _get_default_group()")),
+                     f'  File "{C10D}", line 411, in _get_default_grou'])
+    [v] = no_group_caller_rule(cut, "x.log")
+    assert (v.entry, v.rule, v.score) == ("D1", "rule:group-asked-for-by-the-script", 0.6)
+    assert v.evidence[0].line == 6 and "trainer.py" in v.evidence[1].text
+    # cut one frame higher, in get_rank, which raises other errors too: nothing
+    assert no_group_caller_rule(cut.rsplit("\n", 1)[0], "x.log") == []
+    # a frame of _get_default_group that is not the innermost says nothing by itself
+    assert no_group_caller_rule(cut + "\n  File \"/work/other.py\", line 3, in f", "x.log") == []
