@@ -26,10 +26,16 @@ MAX_LINES = 20_000
 SCORE = 0.75
 
 
+# DataParallel's own frames: its forward, replicate, scatter/gather, parallel_apply and the replica thread
+_DP_FRAME = _lazy(r"torch[/\\]nn[/\\]parallel[/\\](?:data_parallel|parallel_apply|replicate|scatter_gather)\.py")
+_FRAME = _lazy(r'^\W*(?:\[[^\]]{1,40}\]:?\s*)?File "')
+CUT_SCORE = 0.5  # a guess: the error DataParallel re-raised is not in the log
+
+
 def replica_rule(text: str, file: str) -> list[Verdict]:
     """P1 when a DataParallel replica past the first failed, or a worker thread met a tensor on another GPU."""
     if "replica" not in text and "parallel_apply" not in text:
-        return []
+        return _cut_in_data_parallel(text, file) if "data_parallel" in text else []
     if _OOM.search(text):
         return []
     lines = text.splitlines()[:MAX_LINES]
@@ -42,13 +48,30 @@ def replica_rule(text: str, file: str) -> list[Verdict]:
                 Evidence(file, i + 1, line, "rule:dataparallel-copy-failed"),), score=SCORE, note=note)]
     worker = next((i for i, line in enumerate(lines) if _WORKER.search(line)), None)
     if worker is None:
-        return []
+        return _cut_in_data_parallel(text, file)
     error = next((i for i in range(worker + 1, len(lines)) if _MISMATCH.search(lines[i])), None)
     if error is None:
-        return []
+        return _cut_in_data_parallel(text, file)
     note = (f"line {error + 1}: inside DataParallel's worker thread (line {worker + 1}) an input met a tensor on "
             "another GPU: a tensor the replicas do not carry with them")
     return [Verdict("P1", "rule:dataparallel-copy-failed", (
         Evidence(file, error + 1, lines[error], "rule:dataparallel-copy-failed"),
         Evidence(file, worker + 1, f"raised in DataParallel's replica thread: {lines[worker].strip()[:200]}",
                  "because")), score=SCORE, note=note)]
+
+
+def _cut_in_data_parallel(text: str, file: str) -> list[Verdict]:
+    """A possible P1 where a traceback is cut inside DataParallel's own frames: the error a replica raised is not in
+    the log, but it came out of DataParallel's copies of the model."""
+    lines = text.rstrip().splitlines()[-4:]
+    frames = [i for i, line in enumerate(lines) if _FRAME.search(line)]
+    # cut: after the innermost frame at most its own source line, indented, and no error line
+    if not frames or len(lines) - frames[-1] > 2 or (len(lines) - frames[-1] == 2 and lines[-1][:1] not in " \t"):
+        return []
+    if '", line' not in lines[frames[-1]]:
+        frames.pop()  # the last frame's own path was cut: the one above it is the innermost that can be read
+    if not frames or not _DP_FRAME.search(lines[frames[-1]]):
+        return []
+    at = len(text.rstrip().splitlines()) - len(lines) + frames[-1]
+    here = Evidence(file, at + 1, lines[frames[-1]], "hint:cut-inside-dataparallel")
+    return [Verdict("P1", "hint:cut-inside-dataparallel", (here,), score=CUT_SCORE, tier="possible")]

@@ -38,3 +38,21 @@ def test_a_device_mismatch_under_the_worker_thread_without_the_caught_line():
                       "cudnn_convolution)"])
     [v] = replica_rule(text, "x.log")
     assert v.evidence[0].line == 6 and v.evidence[1].line == 2
+
+
+DP = "/usr/lib/python3/site-packages/torch/nn/parallel"
+CUT = ('Traceback (most recent call last):\n  File "train.py", line 227, in train\n    outputs = model(batch)\n'
+       f'  File "{DP}/data_parallel.py", line 168, in forward\n'
+       "    outputs = self.parallel_apply(replicas, inputs, kwargs)\n"
+       f'  File "{DP}/data_parallel.py", line 178, in parallel_apply\n')
+
+
+@pytest.mark.parametrize("tail", ["", "    return parallel_apply(replicas, inputs", '  File "/usr/lib/python3/site-pa'])
+def test_a_traceback_cut_inside_dataparallel_is_a_possible_p1(tail):
+    [v] = replica_rule(CUT + tail, "x.log")
+    assert (v.entry, v.tier, v.score, v.evidence[0].line) == ("P1", "possible", 0.5, 6)
+
+
+def test_a_traceback_that_goes_on_past_dataparallel_or_ends_in_its_error_is_not_a_cut_guess():
+    assert replica_rule(CUT + '  File "/work/model.py", line 70, in forward\n    x = self.proj(x)\n', "x") == []
+    assert replica_rule(CUT + "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n", "x") == []
