@@ -102,6 +102,9 @@ _MULTI = _lazy(r"\bnode_rank\W{1,3}[1-9]|\bGROUP_RANK\W{1,3}[1-9]|\bnum_machines
 # torchelastic's agent tearing the node's other workers down after one failed (elastic/multiprocessing/api.py,
 # torch 1.9-2.x: "Sending process %s closing signal %s"): it signals workers it started on this node, so there were two
 # or more
+# DeepSpeed's init_distributed, once per process (deepspeed/comm/comm.py, 0.8-0.16: "cdb={cdb}" before a backend is
+# made): two of them in one console are two processes writing to it
+_DS_PROCESS_START = _lazy(r"\[comm\.py:\d+:init_distributed\] cdb=None")
 _SEVERAL_PER_NODE = _lazy(r"Setting OMP_NUM_THREADS environment variable for each process to be \d+ in default|"
                           r"Sending process \d+ closing signal SIG[A-Z]+")
 
@@ -125,19 +128,25 @@ def one_node_ordinal_rule(text: str, file: str) -> list:
 
 
 def several_per_node_ordinal_rule(text: str, file: str) -> list:
-    """The launcher's OMP_NUM_THREADS banner, or torchelastic's agent signalling the node's other workers, in place of
-    the echoed command: several processes on this node, and no sign anywhere of a second node. Without the command the node count is not seen, so the score stays under the
-    echoed launch's (a reading for logs where neither the command nor torchelastic's summary says more)."""
-    if ("OMP_NUM_THREADS" not in text and "closing signal" not in text) or not _ORDINAL.search(text):
+    """The launcher's OMP_NUM_THREADS banner, torchelastic's agent signalling the node's other workers, or DeepSpeed's
+    per-process start-up line printed more than once, in place of the echoed command: several processes on this node,
+    and no sign anywhere of a second node. Without the command the node count is not seen, so the score stays under
+    the echoed launch's (a reading for logs where neither the command nor torchelastic's summary says more)."""
+    if not any(k in text for k in ("OMP_NUM_THREADS", "closing signal", "cdb=None")) or not _ORDINAL.search(text):
         return []
     lines = text.split("\n")  # numbered as line_at numbers them
     error = next((i for i, line in enumerate(lines) if _ORDINAL.search(line)), None)
     banner = next((i for i, line in enumerate(lines) if _SEVERAL_PER_NODE.search(line)), None)
+    if banner is None:
+        starts = [i for i, line in enumerate(lines) if _DS_PROCESS_START.search(line)]
+        banner = starts[1] if len(starts) > 1 else None
     if error is None or banner is None or _MULTI.search(text) or any(_MULTI_ON_LINE.search(line) for line in lines):
         return []
     why = ("the launcher set OMP_NUM_THREADS for each process, which it does only when it starts more than one "
            "process on the node" if "OMP_NUM_THREADS" in lines[banner] else
-           "torchelastic's agent signals another worker it started on this node: there were several")
+           "torchelastic's agent signals another worker it started on this node: there were several"
+           if "closing signal" in lines[banner] else
+           "DeepSpeed's start-up line, which each process prints once, is printed again in this console")
     verdicts = _d27_not_d3("rule:ordinal-under-several-per-node", file, error + 1, lines[error], banner + 1, why,
                            "shows several processes on this node and no second node")
     return [replace(v, score=0.6) if not v.rule_out else v for v in verdicts]

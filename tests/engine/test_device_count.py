@@ -61,6 +61,16 @@ def test_the_agent_signalling_the_nodes_other_workers_makes_an_invalid_ordinal_d
     assert run("SLURM_JOB_NNODES=2\n" + ORDINAL + TEARDOWN)[0] == ("D3", "match")
 
 
+# deepspeed/comm/comm.py init_distributed logs "cdb={cdb}" once per process (utils.logger.info, every rank)
+DS_START = "[2024-07-20 21:08:49,356] [INFO] [comm.py:637:init_distributed] cdb=None\n"
+
+
+def test_deepspeeds_per_process_start_line_twice_in_one_console_makes_an_invalid_ordinal_d27():
+    found = run(DS_START * 2 + ORDINAL)
+    assert found[0] == ("D27", "match") and ("D3", "match") not in found, found
+    assert ("D27", "match") not in run(DS_START + ORDINAL)  # one process says nothing of how many share the node
+
+
 @pytest.mark.parametrize("second_node", ["SLURM_JOB_NNODES=2\n", "  --node_rank=1 --master_addr=10.0.0.1\n"])
 def test_the_banner_beside_a_second_node_leaves_the_ordinal_to_the_multi_node_reading(second_node):
     assert ("D27", "match") not in run(BANNER + second_node + ORDINAL)

@@ -112,6 +112,8 @@ REPEATED_TRIGGERS = [
     ("torch_xla/distributed/xla_multiprocessing.py ", "\nAssertionError: Default process group is not initialized\n"),
     ("torch/nn/modules/batchnorm.py ", "\nValueError: Default process group has not been initialized\n"),
     ('  File "x/distributed_c10d.py", line 4, in _get_default_group ', ""),
+    ("[comm.py:637:init_distributed] cdb=None ", "\nRuntimeError: CUDA error: invalid device ordinal\n"),
+    ('  File "x/torch/nn/parallel/data_parallel.py", line 9, in forward ', ""),
 ]
 
 
