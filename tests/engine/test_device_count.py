@@ -142,3 +142,14 @@ def test_an_invalid_ordinal_beside_a_driver_that_cannot_serve_the_runtime_is_nei
     assert ("D3", "match") in run("[1,0]<stdout>:" + ordinal)  # alone, NCCL's ordinal failure is D3's signature
     found = run(driver + ordinal)
     assert not any(entry in ("D3", "D27") for entry, _tier in found), found
+
+
+DDP_CHECK = ("ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
+             "single-device/multiple-device GPU modules or CPU modules, but got device_ids [0], output_device 0, and "
+             "module parameters {device(type='cpu')}.\n")
+
+
+def test_ddp_device_ids_on_a_cpu_module_is_p2_except_on_macos():
+    frame = '  File "{}/lib/python3.11/site-packages/torch/nn/parallel/distributed.py", line 1127, in _log_and_throw\n'
+    assert run(frame.format("/home/me/.venv") + DDP_CHECK)[0] == ("P2", "match")
+    assert ("P2", "match") not in run(frame.format("/Users/me/.pyenv/versions/3.11.9") + DDP_CHECK)
