@@ -10,8 +10,10 @@ def load(args):
     catalog = load_catalog(getattr(args, "kb", None))
     err = getattr(args, "err", None)
     if err is not None and catalog.problems and not getattr(args, "quiet", False):
+        from gpudoctor.term import sanitize
+
         for problem in catalog.problems:
-            err.write(f"{err.style('gpudoctor: warning:', 'yellow')} {problem}")
+            err.write(f"{err.style('gpudoctor: warning:', 'yellow')} {sanitize(str(problem))}")
     return catalog
 
 

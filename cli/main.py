@@ -152,7 +152,11 @@ def _run(argv: list[str], stdout, stderr) -> int:
     try:
         return int(args._module.run(args, out) or 0)
     except UserError as exc:
-        err.write(f"{err.style('gpudoctor: error:', 'fail')} {exc.message}")
+        # a message may quote a path or a value the user gave: its control characters are shown, never sent raw
+        from gpudoctor.term import sanitize
+
+        message = "\n".join(sanitize(line) for line in str(exc.message).split("\n"))
+        err.write(f"{err.style('gpudoctor: error:', 'fail')} {message}")
         return exc.code
 
 

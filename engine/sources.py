@@ -183,7 +183,7 @@ def _one(given: str, problems: list[str], shown: str | None = None) -> list[Sour
             matches = sorted(glob.glob(given, recursive=True), key=lambda p: _natural(Path(p)))
             if not matches:
                 raise InputError(f"{given}: no file matches this pattern") from None
-            return [s for m in matches for s in _one(m, problems)]
+            return _matched(matches, problems)
         raise InputError(f"{given}: no such file or directory") from None
     except OSError as exc:
         raise InputError(_why(given, exc)) from None
@@ -203,6 +203,24 @@ def _one(given: str, problems: list[str], shown: str | None = None) -> list[Sour
     if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):  # <(zcat x), /dev/stdin
         return [Source(name=given, path=path, size=None)]
     raise InputError(f"{given}: not a regular file or directory")
+
+
+def _matched(matches: list[str], problems: list[str]) -> list[Source]:
+    """The files a pattern matched, read as a directory's are: a folder is walked, anything but a regular file (a named
+    pipe would block) is named and skipped, and one that cannot be read is named while the others are read."""
+    out: list[Source] = []
+    for m in matches:
+        try:
+            mode = os.stat(m).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                problems.append(f"{m}: skipped, not a regular file (a named pipe, socket or device)")
+                continue
+            out += _one(m, problems)
+        except OSError as exc:  # went away after the pattern matched it
+            problems.append(_why(m, exc))
+        except InputError as exc:
+            problems.append(str(exc))
+    return out
 
 
 def resolve(inputs: list[str], problems: list[str] | None = None, names: dict | None = None) -> list[Source]:

@@ -94,6 +94,20 @@ def test_quoted_glob_is_expanded_in_natural_order(tmp_path):
     assert "no file matches" in problems[0]
 
 
+def test_a_quoted_glob_reads_its_members_as_a_directorys_are(tmp_path):
+    """A named pipe the pattern matches is skipped (opening it would block), a member that went away (a dangling
+    link) is named, and the others are read."""
+    (tmp_path / "rank0.log").write_bytes(b"RuntimeError: Address already in use\n")
+    os.mkfifo(tmp_path / "rank1.log")
+    (tmp_path / "rank2.log").symlink_to(tmp_path / "gone.log")
+    problems: list[str] = []
+    sources = resolve([str(tmp_path / "rank*.log")], problems)
+    assert [s.name for s in sources] == [str(tmp_path / "rank0.log")]
+    assert "rank1.log: skipped, not a regular file" in problems[0] and "rank2.log: no such file" in problems[1]
+    done = _gd("diagnose", str(tmp_path / "rank*.log"))
+    assert done.returncode == 0 and b"D4" in done.stdout and b"rank1.log: skipped" in done.stderr
+
+
 def _gd(*argv, input=None, **kw):
     return subprocess.run([sys.executable, "-m", "gpudoctor", *argv], input=input, capture_output=True, timeout=60,
                           **kw)
@@ -187,3 +201,10 @@ def test_an_open_source_reads_to_its_end_without_a_size(tmp_path):
         assert stream.read() == data
     with open_source(resolve([str(path)])[0]) as stream:
         assert 0 < len(stream.read(10)) <= 10
+
+
+@pytest.mark.parametrize("argv", [("diagnose",), ("fix", "D22", "--script")])
+def test_a_path_given_with_control_characters_is_shown_escaped_in_the_error(tmp_path, argv):
+    bad = str(tmp_path / "x\x1b]0;PWN\x07\x1b[2J\x07y.log")
+    done = _gd(*argv, bad)
+    assert done.returncode == 2 and b"\x1b" not in done.stderr and b"\x07" not in done.stderr, done.stderr
