@@ -23,6 +23,8 @@ MAGIC = (
     (b"\xfd7zXZ\x00", "xz"),
     (b"\x28\xb5\x2f\xfd", "zstd"),
     (b"BZh", "bzip2"),
+    (b"\xff\xfe", "utf-16"),  # a UTF-16 log (Windows PowerShell's redirection), by its byte-order mark
+    (b"\xfe\xff", "utf-16"),
 )
 SNIFF_BYTES = 4096
 _GLOB_CHARS = LazyRegex(r"[*?\[]")
@@ -46,7 +48,7 @@ class Source:
     local_rank_hint: int | None = None
     attempt: int | None = None  # torchrun restart attempt, from its log-dir layout
     flight: bool = False  # a flight-recorder dump rather than a text log
-    codec: str | None = None  # gzip | xz | zstd | bzip2, read from the first bytes
+    codec: str | None = None  # gzip | xz | zstd | bzip2 | utf-16, read from the first bytes
 
 
 ZIP_MAGIC = b"PK\x03\x04"  # a zip member's local header; an empty zip starts with its index, PK\x05\x06
@@ -383,6 +385,10 @@ def _decompressor(raw, codec: str, name: str):
         import bz2
 
         return bz2.BZ2File(raw, "rb")
+    if codec == "utf-16":
+        from gpudoctor.engine.transcode import Utf16Reader
+
+        return Utf16Reader(raw)
     try:
         import zstandard
     except ImportError:

@@ -5,6 +5,7 @@ import ast
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -125,6 +126,8 @@ def apply_plan(plan: FixPlan, *, unsafe: bool = False, state_dir=None) -> ApplyR
             if b.before != a.after:
                 raise FixError(f"internal: the edits of {path} do not follow each other")
         check_parses(shown, final)
+        if current is not None and _read_only(path):  # a rename would replace it all the same
+            raise FixError(f"{shown}: read-only; nothing was written", "make it writable first if the fix is wanted")
         todo.append((shown, path, current, final.encode("utf-8"), _mode(path)))
     if not todo:
         return ApplyResult((), tuple(unchanged), skipped, None)
@@ -134,7 +137,7 @@ def apply_plan(plan: FixPlan, *, unsafe: bool = False, state_dir=None) -> ApplyR
         backup = None
         if before is not None:
             backup = f"backup-{i}"
-            (journal / backup).write_bytes(before)
+            _write_private(journal / backup, before)
         files.append({"path": path, "backup": backup, "mode": mode,
                       "before_sha256": _sha(before), "after_sha256": _sha(after)})
     manifest = {"format": JOURNAL_FORMAT, "entry": plan.entry_id, "actions": [f.action_id for f in chosen],
@@ -142,14 +145,19 @@ def apply_plan(plan: FixPlan, *, unsafe: bool = False, state_dir=None) -> ApplyR
     _write_manifest(journal, manifest)
     done = []
     try:
-        for shown, path, _before, after, mode in todo:
+        for shown, path, before, after, mode in todo:
+            if _sha(_read(path)) != _sha(before):  # saved by an editor while the journal was written
+                raise StaleFileError(f"{shown}: changed while the fix was being applied; nothing changed",
+                                     "run gpudoctor fix again for a fresh diff")
             write_atomic(path, after, mode)
             done.append((shown, path))
-    except OSError as exc:
+    except (OSError, StaleFileError) as exc:
         for _shown, path in done:  # put back what was already written, so the set is all or nothing
             _restore(next(f for f in files if f["path"] == path), journal)
         manifest["status"] = "rolled-back"
         _write_manifest(journal, manifest)
+        if isinstance(exc, StaleFileError):
+            raise
         raise FixError(f"{exc.filename or 'a file'}: cannot write ({exc.strerror or exc}); nothing changed") from None
     manifest["status"] = "applied"
     _write_manifest(journal, manifest)
@@ -160,11 +168,11 @@ def _new_journal(base) -> Path:
     root = state_dir(base) / "journal"
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)  # backups hold the user's files: theirs alone to read
         for n in range(1000):
             path = root / f"{stamp}-{n:03d}"
             try:
-                path.mkdir()
+                path.mkdir(mode=0o700)
                 return path
             except FileExistsError:
                 continue
@@ -172,6 +180,22 @@ def _new_journal(base) -> Path:
         raise FixError(f"{root}: cannot create the undo journal ({exc.strerror or exc}); nothing was written. "
                        "Point GPUDOCTOR_STATE_DIR at a folder you can write to") from None
     raise FixError(f"{root}: cannot create an undo journal")
+
+
+def _read_only(path: str) -> bool:
+    """A file its owner marked read-only (no owner write bit: root too is stopped, as an editor warns), or one this
+    user cannot write."""
+    try:
+        return not os.stat(path).st_mode & stat.S_IWUSR or not os.access(path, os.W_OK)
+    except OSError:
+        return False
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """A backup only its owner can read, whatever the umask: the file it copies may hold secrets."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
 
 
 def _write_manifest(journal: Path, manifest: dict) -> None:

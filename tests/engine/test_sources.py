@@ -208,3 +208,32 @@ def test_a_path_given_with_control_characters_is_shown_escaped_in_the_error(tmp_
     bad = str(tmp_path / "x\x1b]0;PWN\x07\x1b[2J\x07y.log")
     done = _gd(*argv, bad)
     assert done.returncode == 2 and b"\x1b" not in done.stderr and b"\x07" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be-bom"])
+def test_a_utf16_log_with_its_byte_order_mark_is_read_as_text(tmp_path, encoding):
+    """Windows PowerShell's `>` writes UTF-16 with a byte-order mark: a file of it, or stdin, reads as the same text."""
+    text = "step 1 ok \u2014 \u4e2d\nRuntimeError: Address already in use\n"
+    data = (b"\xfe\xff" + text.encode("utf-16-be")) if encoding == "utf-16-be-bom" else text.encode("utf-16")
+    log = tmp_path / "ps.log"
+    log.write_bytes(data + b"\x00")  # an odd last byte as well: replaced, never a crash
+    for done in (_gd("diagnose", "--json", str(log)), _gd("diagnose", "--json", input=data)):
+        assert done.returncode == 0, done.stderr
+        found = __import__("json").loads(done.stdout)["findings"][0]
+        assert found["id"] == "D4" and found["evidence"][0]["text"] == "RuntimeError: Address already in use"
+        assert b"binary" not in done.stderr
+
+
+def test_the_utf16_reader_never_hands_back_more_than_asked_and_keeps_pairs_across_reads():
+    from gpudoctor.engine.transcode import Utf16Reader
+
+    text = ("\U0001f600 rank 3 \u00e9" * 5000) + "\n"
+    reader = Utf16Reader(io.BytesIO(text.encode("utf-16")))
+    parts = []
+    while True:
+        part = reader.read1(7)
+        assert len(part) <= 7
+        if not part:
+            break
+        parts.append(part)
+    assert b"".join(parts).decode("utf-8") == text

@@ -175,3 +175,44 @@ def test_a_state_folder_that_cannot_be_made_is_a_clear_error_and_nothing_is_writ
     r = cli_proc("fix", "MN3", "--script", str(script), "--apply", env={"GPUDOCTOR_STATE_DIR": str(blocked / "s")})
     assert r.code == 2 and "GPUDOCTOR_STATE_DIR" in r.err and "internal error" not in r.err, r.err
     assert script.read_bytes() == source
+
+
+def test_backups_and_journal_folders_are_private_whatever_the_umask(tmp_path):
+    path = tmp_path / "secret_train.py"
+    path.write_text('KEY = "sk-secret"\nx = 1\n')
+    path.chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        result = apply_plan(_plan(_edit(path, path.read_text(), path.read_text().replace("x = 1", "x = 2"))),
+                            state_dir=tmp_path / "s")
+    finally:
+        os.umask(old)
+    journal = Path(result.journal)
+    assert stat.S_IMODE((journal / "backup-0").stat().st_mode) == 0o600
+    assert stat.S_IMODE(journal.stat().st_mode) == 0o700 and stat.S_IMODE(journal.parent.stat().st_mode) == 0o700
+
+
+def test_a_read_only_file_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "ro.py"
+    path.write_text("x = 1\n")
+    path.chmod(0o444)
+    with pytest.raises(FixError, match="read-only"):
+        apply_plan(_plan(_edit(path, "x = 1\n", "x = 2\n")), state_dir=tmp_path / "s")
+    assert path.read_text() == "x = 1\n" and not (tmp_path / "s").exists()
+
+
+def test_an_edit_saved_while_the_journal_is_written_is_kept_and_nothing_changes(tmp_path, monkeypatch):
+    import gpudoctor.engine.fixes.apply as apply_mod
+
+    path = tmp_path / "t.py"
+    path.write_text("x = 1\n")
+    real = apply_mod._new_journal
+
+    def editor_saves(base):
+        path.write_text("x = 1\ny = 5\n")  # the user's editor lands here
+        return real(base)
+
+    monkeypatch.setattr(apply_mod, "_new_journal", editor_saves)
+    with pytest.raises(StaleFileError, match="changed while"):
+        apply_plan(_plan(_edit(path, "x = 1\n", "x = 2\n")), state_dir=tmp_path / "s")
+    assert path.read_text() == "x = 1\ny = 5\n"
