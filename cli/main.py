@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
     stderr = stderr or sys.stderr or open(os.devnull, "w")
     argv = sys.argv[1:] if argv is None else list(argv)
     guarded = _PipeGuard(stdout)
+    restore = _end_on_signals()
     try:
         code = _run(argv, guarded, stderr)
         if guarded.closed:  # `gpudoctor lint . | head`: the command's own exit code stands
@@ -124,11 +125,52 @@ def main(argv: list[str] | None = None, stdout=None, stderr=None) -> int:
         return code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except _Ended as ended:  # killed politely (an SSH drop, a time limit): scratch folders and workers go with us
+        return ended.code
     except BrokenPipeError:  # a write that did not go through the guard (`gpudoctor list | head` is not an error)
         _silence(stdout)
         return EXIT_OK
     except Exception as exc:  # noqa: BLE001 - the one place every unexpected error ends
         return _internal_error(exc, argv, stderr)
+    finally:
+        restore()
+
+
+class _Ended(BaseException):
+    """SIGTERM or SIGHUP arrived: unwinds like Ctrl-C, so that `finally` blocks, pools and atexit clean-ups run."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def _end_on_signals():
+    """Turn SIGTERM and SIGHUP into _Ended in the main thread (exit 128 + the signal, as a shell reports it); returns
+    what puts the previous handlers back. Elsewhere (a thread, a platform without them) nothing changes."""
+    import signal
+
+    previous = {}
+
+    def end(signum, _frame):
+        raise _Ended(128 + signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            previous[sig] = signal.signal(sig, end)
+        except (ValueError, OSError):  # not the main thread (an embedding caller): its handlers stay as they are
+            pass
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            try:
+                signal.signal(sig, handler)
+            except (ValueError, OSError, TypeError):
+                pass
+
+    return restore
 
 
 def _run(argv: list[str], stdout, stderr) -> int:

@@ -171,6 +171,23 @@ def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[i
         _SCANNER, _COUNTER = None, None
 
 
+def _worker_init() -> None:
+    """A scan worker leaves Ctrl-C to its parent (which tears the pool down, quietly), dies of a plain SIGTERM or
+    SIGHUP instead of the parent's handlers it inherited, and on Linux dies with its parent if that one is killed."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's handlers tear the pool down on SIGTERM and SIGHUP
+
+
 def _run_pool(ctx, n, jobs, sources, progress, on_result):
     parts_left = {}
     for indexes, _ in jobs:
@@ -179,7 +196,7 @@ def _run_pool(ctx, n, jobs, sources, progress, on_result):
     by_source: dict[int, list[SourceScan]] = {}
     finished: list[SourceScan | None] = [None] * len(sources)
     shown = 0
-    with ctx.Pool(min(n, len(jobs))) as pool:
+    with ctx.Pool(min(n, len(jobs)), initializer=_worker_init) as pool:
         pending = [
             pool.apply_async(_scan_range if kind == "range" else _scan_files, (job,)) for _, (kind, job) in jobs
         ]

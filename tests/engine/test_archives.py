@@ -231,3 +231,34 @@ def test_a_compressed_log_cut_before_its_first_byte_says_nothing_was_kept(cli, t
     cut.write_bytes(whole[:40])
     res = cli("diagnose", str(cut))
     assert res.code == 2 and "nothing in it could be read" in res.err and "is kept" not in res.err, res.err
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_run_ended_by_sigterm_or_sighup_removes_its_scratch_folder(tmp_path, signame):
+    """An SSH drop (SIGHUP) or a scheduler's time limit (SIGTERM) mid-diagnosis: the copied logs do not stay behind."""
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    rng = random.Random(7)
+    lines = "".join(f"[rank0]: step {i} loss {rng.random():.6f} tokens {rng.randrange(10**9)}\n" for i in range(400_000))
+    archive = tmp_path / "job.tar.gz"
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
+        data = lines.encode()
+        info = tarfile.TarInfo("rank0.log")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "gpudoctor", "diagnose", "--engine", "python", str(archive)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "TMPDIR": str(scratch)})
+    deadline = time.monotonic() + 60
+    while not any(scratch.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any(scratch.iterdir()), "the run never made its scratch folder"
+    proc.send_signal(getattr(signal, signame))
+    assert proc.wait(timeout=60) == 128 + getattr(signal, signame)
+    assert not any(scratch.iterdir())
