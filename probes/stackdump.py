@@ -35,6 +35,7 @@ class TrainingProcess:
     rank: int | None  # the global rank its launcher gave it
     local_rank: int | None
     command: str  # its command line, for the user to recognise it
+    job: str | None = None  # what its launcher says of the job it belongs to (rendezvous, master, scheduler job)
 
     @property
     def label(self) -> str:
@@ -54,6 +55,25 @@ def _first_int(env: dict[str, str], names) -> int | None:
         if value.isdigit():
             return int(value)
     return None
+
+
+# what tells one job's ranks from another's on a shared node: the rendezvous, the master's address, the scheduler's job
+JOB_VARS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_ID", "OMPI_MCA_ess_base_jobid",
+            "PMIX_NAMESPACE")
+
+
+def job_of(env: dict[str, str]) -> str | None:
+    """A short name for the job a rank belongs to, from its launcher's variables; None when it has none of them."""
+    parts = [f"{name}={env[name]}" for name in JOB_VARS if env.get(name, "").strip()]
+    return " ".join(parts) or None
+
+
+def jobs(processes: list[TrainingProcess]) -> dict[str | None, list[TrainingProcess]]:
+    """The processes by job, in the order their first rank was found."""
+    out: dict[str | None, list[TrainingProcess]] = {}
+    for p in processes:
+        out.setdefault(p.job, []).append(p)
+    return out
 
 
 def _is_python(argv: list[str]) -> bool:
@@ -86,7 +106,7 @@ def find_training_processes(proc_root: str = "/proc") -> list[TrainingProcess]:
             continue
         if _first_int(env, [v for v in RANK_VARS if v not in SCHEDULER_ONLY]) is None:
             scheduler_only.add(pid)
-        found[pid] = (TrainingProcess(pid, rank, _first_int(env, LOCAL_RANK_VARS), " ".join(argv)),
+        found[pid] = (TrainingProcess(pid, rank, _first_int(env, LOCAL_RANK_VARS), " ".join(argv), job_of(env)),
                       procfs.parent(pid, proc))
     if len(scheduler_only) < len(found):  # torch or MPI ranks here: srun's own tasks are their launchers
         found = {pid: v for pid, v in found.items() if pid not in scheduler_only}

@@ -10,7 +10,8 @@ environment holds RANK, LOCAL_RANK or an MPI/SLURM rank), dump each one's Python
 stack with py-spy at the same moment (each is paused for an instant, nothing in
 it changes), save the dumps as rank<N>.py-spy.txt in a folder, and diagnose
 that folder: a rank stopped in a save or eval function while the others wait in
-a collective is D21, ranks waiting in different collectives D19. Run it on each
+a collective is D21, ranks waiting in different collectives D19. Two jobs with
+ranks on this node are listed, each with the --pid options that pick it. Run it on each
 node of a multi-node job and diagnose the folders together. Needs py-spy (pip
 install py-spy) and permission to read the processes (their user, or root).
 
@@ -63,6 +64,7 @@ def run(args, out) -> int:
                       "or an MPI/SLURM rank in its environment (another user's processes need root); "
                       "name them with --pid")
             return EXIT_NOTHING
+        _one_job(stackdump.jobs(processes))
     try:
         folder = stackdump.new_folder(args.out)
     except ValueError as exc:
@@ -87,3 +89,17 @@ def run(args, out) -> int:
         "failed": [{"pid": d.process.pid, "rank": d.process.rank, "error": d.error} for d in dumps if d.text is None],
     }}
     return diagnose.run(args, out)
+
+
+def _one_job(by_job: dict) -> None:
+    """Two jobs' ranks on this node (two rank 0s, two rendezvous) must not be read as one job: name them and stop."""
+    from gpudoctor.term import sanitize
+
+    if len(by_job) < 2:
+        return
+    lines = [f"{len(by_job)} jobs have ranks on this machine; pick one with --pid:"]
+    for job, procs in by_job.items():
+        ranks = ", ".join(str(p.rank) for p in procs[:8]) + (" ..." if len(procs) > 8 else "")
+        pids = " ".join(f"--pid {p.pid}" for p in procs)
+        lines.append(f"  {sanitize(job or 'no launcher variables')} (ranks {ranks}):\n    gpudoctor stacks {pids}")
+    raise UserError("\n".join(lines))

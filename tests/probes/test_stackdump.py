@@ -185,3 +185,18 @@ def test_a_process_py_spy_cannot_read_is_named_and_nothing_dumped_is_exit_2(tmp_
     assert done.returncode == 2
     assert f"(pid {sleeper.pid}):" in done.stderr and "no stack could be dumped (1 tried)" in done.stderr
     assert list((tmp_path / "d").iterdir()) == []
+
+
+def test_two_jobs_on_one_node_are_named_apart_and_not_read_as_one(tmp_path, capsys, monkeypatch):
+    proc = tmp_path / "proc"
+    for pid, rank, port in ((401, 0, 29500), (402, 1, 29500), (411, 0, 29600), (412, 1, 29600)):
+        write_process(proc, pid, 1, ["python3", "-u", "train.py"],
+                      {"RANK": str(rank), "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    found = stackdump.find_training_processes(str(proc))
+    assert sorted(sorted(p.pid for p in group) for group in stackdump.jobs(found).values()) == [[401, 402], [411, 412]]
+    monkeypatch.setattr(stackdump, "find_training_processes", lambda: found)
+    monkeypatch.setattr(stackdump, "py_spy", lambda: "/usr/bin/true")
+    assert main(["stacks", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert "2 jobs have ranks on this machine" in err and "--pid 401 --pid 402" in err and "--pid 411 --pid 412" in err
+    assert not (tmp_path / "d").exists()
