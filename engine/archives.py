@@ -144,7 +144,10 @@ def _files(n: int) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    text = " ".join(str(exc).split())
+    if "encrypted" in text and "password" in text:  # zipfile's "File <ZipInfo ...> is encrypted, password required"
+        return "encrypted: a password-protected zip; unpack it yourself and pass the files"
+    return text or type(exc).__name__
 
 
 def expand(path: Path, shown: str, kind: str, stream, problems: list[str]) -> list[tuple[str, Path]]:

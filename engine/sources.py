@@ -104,7 +104,11 @@ def _file_sources(path: Path, shown: str, problems: list[str], depth: int = 0) -
             head = inner_head(open(path, "rb", buffering=0), codec, shown)
         except OSError:
             head = b""
-    kind = archive_kind(raw_head, head) if depth < 2 else None
+    kind = archive_kind(raw_head, head)
+    if kind is not None and depth >= 2:  # its bytes are no log: scanned raw they could only mislead
+        problems.append(f"{shown}: a {kind} archive {depth + 1} levels deep, not expanded "
+                        "(unpack it and pass its files)")
+        return []
     if kind is None:
         return [_file_source(path, shown, st, codec, head)]
     from gpudoctor.engine.archives import expand

@@ -42,12 +42,24 @@ def read_script(path: str) -> str:
     return text
 
 
-def plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, facts=None, env_file=None,
-             only=None, only_why: str = "not in --only") -> FixPlan:
+def plan_fix(catalog, entry_id: str, **kwargs) -> FixPlan:
     """Every fix action of the entry that the given inputs allow, with diffs; notes say what is missing.
 
-    `only`: None, or the ids of the actions to plan (those a log's evidence calls for, none where it calls for a
-    step that no action carries out; or --only); the others get a note saying `only_why`."""
+    Keywords: script, config, cmd, facts, env_file; `only`: None, or the ids of the actions to plan (those a log's
+    evidence calls for, none where it calls for a step that no action carries out; or --only); the others get a note
+    saying `only_why`. A file too deeply nested for the code rewriter (an expression of hundreds of terms) is a
+    FixError naming it, as lint reports it, never a crash."""
+    try:
+        return _plan_fix(catalog, entry_id, **kwargs)
+    except RecursionError:
+        what = " ".join(f"{flag} {kwargs[key]}" for key, flag in (("script", "--script"), ("config", "--config"))
+                        if kwargs.get(key))
+        raise FixError(f"{what or 'the input'}: nested too deeply to be rewritten (an expression of hundreds of "
+                       "terms); nothing was planned") from None
+
+
+def _plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, facts=None, env_file=None,
+              only=None, only_why: str = "not in --only") -> FixPlan:
     entry = catalog.get(entry_id)
     if entry is None:
         raise FixError(f"unknown entry {entry_id!r} (see gpudoctor list)")

@@ -141,7 +141,8 @@ def test_an_encrypted_zip_member_is_named_and_skipped_and_the_others_read(tmp_pa
     problems: list[str] = []
     sources = resolve([str(archive)], problems)
     assert [s.name for s in sources] == [f"{archive}/job/rank0.log"]
-    assert len(problems) == 1 and "job/rank2.log skipped" in problems[0] and "encrypted" in problems[0]
+    assert len(problems) == 1 and "job/rank2.log skipped" in problems[0] and "password-protected zip" in problems[0]
+    assert "ZipInfo" not in problems[0]
     assert len(list(sources[0].path.parent.iterdir())) == 1  # the skipped member left no file behind
 
 
@@ -262,3 +263,18 @@ def test_a_run_ended_by_sigterm_or_sighup_removes_its_scratch_folder(tmp_path, s
     proc.send_signal(getattr(signal, signame))
     assert proc.wait(timeout=60) == 128 + getattr(signal, signame)
     assert not any(scratch.iterdir())
+
+
+def test_an_archive_three_levels_deep_is_named_not_scanned_as_bytes(tmp_path):
+    data, name = b"RuntimeError: Address already in use\n", "a.log"
+    for i in range(3):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as z:  # stored: the innermost text stays readable in the outer bytes
+            z.writestr(name, data)
+        data, name = buf.getvalue(), f"l{i}.zip"
+    archive = tmp_path / "deep.zip"
+    archive.write_bytes(data)
+    problems: list[str] = []
+    assert resolve([str(archive)], problems) == []
+    assert problems == [f"{archive}/l1.zip/l0.zip: a zip archive 3 levels deep, not expanded (unpack it and pass its "
+                        "files)"]

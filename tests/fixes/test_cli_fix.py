@@ -204,3 +204,12 @@ def test_mn7_save_on_each_node_applied_once_and_undone(cli, tmp_path):
     again = cli("fix", "MN7", "--script", str(script), "--apply")
     assert again.code == 1 and "without save_on_each_node" in " ".join(again.out.split())
     assert cli("fix", "--undo").code == 0 and script.read_bytes() == source.read_bytes()
+
+
+def test_a_script_too_deeply_nested_to_rewrite_is_exit_2_naming_it(cli, script):
+    text = script.read_text() + "y = 1" + " + 1" * 400 + "\n"
+    script.write_text(text)
+    res = cli("fix", "D22", "--script", str(script))
+    assert res.code == 2, res
+    assert "nested too deeply" in res.err and str(script) in res.err and "internal error" not in res.err
+    assert script.read_text() == text
