@@ -68,8 +68,8 @@ def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
     if _MACOS_PACKAGES.search(text):
         line_no, line = line_at(text, text.find("only work with single-device"))
         return _ruled_out("P2", "rule:ddp-on-macos", file, line_no, line,
-                          "not P2: the traceback's packages are installed under /Users (macOS), where torch has no CUDA "
-                          "device to move the module to; a CPU (gloo) run must pass device_ids=None")
+                          "not P2: the traceback's packages are installed under /Users (macOS), where torch has no "
+                          "CUDA device to move the module to; a CPU (gloo) run must pass device_ids=None")
     for m in _DEVICE_IDS_CHECK.finditer(text):
         gpus = set(_CUDA_INDEX.findall(m.group("devices")))
         if len(gpus) < 2:
