@@ -248,7 +248,7 @@ def _text_ranks(diagnosis, out: Out, w: int) -> None:
 
 
 def render_markdown(diagnosis) -> str:
-    lines = ["## gpudoctor diagnosis", "", f"Inputs: {redact(_inputs_line(diagnosis))}", ""]
+    lines = ["## gpudoctor diagnosis", "", f"Inputs: {_md(_inputs_line(diagnosis))}", ""]
     matches, possible = split_tiers(diagnosis.findings)
     if not diagnosis.findings:
         lines += ["No known cause: nothing in the gpudoctor catalogue matches these logs.", ""]
@@ -271,7 +271,7 @@ def render_markdown(diagnosis) -> str:
             lines += [f"Step {p.step} of {p.steps} of `gpudoctor show {f.id}`, the one this log's evidence calls for.",
                       ""]
         if f.id in diagnosis.probe_results:
-            lines += [f"- probe `{r.probe}`: {r.status.value}: {redact(r.summary)}" for r in diagnosis.probe_results[f.id]]
+            lines += [f"- probe `{r.probe}`: {r.status.value}: {_md(r.summary)}" for r in diagnosis.probe_results[f.id]]
             lines.append("")
         elif f.probes:
             lines += ["**Confirm:** " + ", ".join(f"`gpudoctor probe {p}`" for p in f.probes), ""]
@@ -286,15 +286,24 @@ def render_markdown(diagnosis) -> str:
         lines += ["### Ranks", "", "| rank | status | done/enqueued | init | first error |", "|---|---|---|---|---|"]
         for r in diagnosis.ranks:
             e = r.first_error
-            err = redact(sanitize(e.text).strip()).replace("|", "\\|")[:120] if e else ""
+            err = _md(e.text[:120]) if e else ""
             init = {True: "yes", False: "no", None: "-"}[r.init_complete]
             lines.append(f"| {r.rank} | {r.status} | {_n(r.last_completed)}/{_n(r.last_enqueued)} | {init} | {err} |")
         lines.append("")
     if diagnosis.verdict:
-        lines += ["### Which rank?", ""] + [f"- {redact(sanitize(v))}" for v in diagnosis.verdict] + [""]
+        lines += ["### Which rank?", ""] + [f"- {_md(v)}" for v in diagnosis.verdict] + [""]
     if diagnosis.notes:
-        lines += ["### Notes", ""] + [f"- {redact(sanitize(n))}" for n in diagnosis.notes] + [""]
+        lines += ["### Notes", ""] + [f"- {_md(n)}" for n in diagnosis.notes] + [""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+_MD_SPECIAL = {ord(c): "\\" + c for c in "\\`*_[]<>|~&"}
+
+
+def _md(text: str) -> str:
+    """Text that may quote a log, for Markdown outside a code block: safe to print, secrets redacted, and every
+    character Markdown or HTML would act on (a tag, a link, a code fence, a table bar) escaped to stay text."""
+    return redact(sanitize(text).strip()).translate(_MD_SPECIAL)
 
 
 def _md_evidence(evidence) -> list[str]:
@@ -306,9 +315,9 @@ def _md_evidence(evidence) -> list[str]:
     notes = [e for e in evidence if e.signature in reading]
     if notes:
         word = {"meaning": "Means", "because": "Why"}
-        lines += [f"- {word[e.signature]}: {redact(sanitize(e.text).strip())}" if e.signature in word else
-                  f"- Frames of the traceback at {e.file}:{e.line} (cut before its error line): "
-                  f"{redact(sanitize(e.text).strip())}" for e in notes] + [""]
+        lines += [f"- {word[e.signature]}: {_md(e.text)}" if e.signature in word else
+                  f"- Frames of the traceback at {_md(e.file)}:{e.line} (cut before its error line): "
+                  f"{_md(e.text)}" for e in notes] + [""]
     return lines
 
 

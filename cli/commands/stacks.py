@@ -11,9 +11,10 @@ stack with py-spy at the same moment (each is paused for an instant, nothing in
 it changes), save the dumps as rank<N>.py-spy.txt in a folder, and diagnose
 that folder: a rank stopped in a save or eval function while the others wait in
 a collective is D21, ranks waiting in different collectives D19. Two jobs with
-ranks on this node are listed, each with the --pid options that pick it. Run it on each
-node of a multi-node job and diagnose the folders together. Needs py-spy (pip
-install py-spy) and permission to read the processes (their user, or root).
+ranks on this node are listed, each with the --pid options that pick it. Run
+it on each node of a multi-node job and diagnose the folders together. Needs
+py-spy (pip install py-spy) and permission to read the processes (their user,
+or root).
 
 examples:
   gpudoctor stacks                       # every rank on this node

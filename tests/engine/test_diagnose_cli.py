@@ -249,3 +249,18 @@ def test_frames_of_a_cut_traceback_are_shown_as_gpudoctors_reading_not_as_a_log_
     assert "cut-traceback" in kinds and "failure-line" not in kinds, kinds
     text = cli_proc("diagnose", str(log), env={"NO_COLOR": "1", "COLUMNS": "80"}).out
     assert "frames of the traceback at line 1:" in text and "line 1  " not in text
+
+
+def test_log_text_in_markdown_outside_code_blocks_renders_as_text_not_html_or_links(cli_proc):
+    """A report pasted into an issue: a log line that holds a tag, a link or a fence stays words in the ranks table and
+    the "Which rank?" list (the evidence is fenced already)."""
+    from markdown_it import MarkdownIt
+
+    evil = ("[rank0]: step | 3 | loss\n[rank0]: RuntimeError: Address already in use | col ``` </details>"
+            "<script>alert(1)</script> [x](javascript:alert(1)) <img src=x onerror=alert(1)>\n").encode()
+    md = cli_proc("diagnose", "--format", "markdown", input=evil).out
+    tokens = MarkdownIt("commonmark").enable("table").parse(md)
+    kinds = {t.type for t in tokens} | {c.type for t in tokens for c in (t.children or [])}
+    assert "table_open" in kinds and not kinds & {"html_inline", "html_block", "link_open", "image"}, kinds
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<script>" not in html and "<img" not in html and "&lt;script&gt;" in html
