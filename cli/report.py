@@ -215,12 +215,28 @@ def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
             out.write(out.style(("    " if i == 0 else "      ") + ln, "dim"))
 
 
+RANK_ROWS = 64  # rows of the ranks table in a terminal
+
+
+def shown_ranks(ranks: list, limit: int) -> list:
+    """The ranks a cut table shows, in their order: every rank whose status is not the most common one first (the
+    one that died among thousands waiting), then the others up to the limit."""
+    if len(ranks) <= limit:
+        return list(ranks)
+    from collections import Counter
+
+    usual = Counter(r.status for r in ranks).most_common(1)[0][0]
+    odd = [i for i, r in enumerate(ranks) if r.status != usual][:limit]
+    rest = [i for i, r in enumerate(ranks) if r.status == usual][: limit - len(odd)]
+    return [ranks[i] for i in sorted(odd + rest)]
+
+
 def _text_ranks(diagnosis, out: Out, w: int) -> None:
     if diagnosis.ranks:
         out.write("")
         out.write(out.style("Ranks", "bold"))
         out.write(out.style(f"  {'RANK':<5} {'STATUS':<9} {'DONE/ENQ':<9} {'INIT':<4} FIRST ERROR / LAST LINE", "dim"))
-        for r in diagnosis.ranks[:64]:
+        for r in shown_ranks(diagnosis.ranks, RANK_ROWS):
             seq = f"{_n(r.last_completed)}/{_n(r.last_enqueued)}"
             init = {True: "yes", False: "no", None: "-"}[r.init_complete]
             e = r.first_error or r.last_line
@@ -229,8 +245,9 @@ def _text_ranks(diagnosis, out: Out, w: int) -> None:
             status = out.style(f"{r.status:<9}", style) if style else f"{r.status:<9}"
             used = len(f"  {r.rank:<5} {r.status:<9} {seq:<9} {init:<4} ")  # a long rank or count widens its column
             out.write(f"  {r.rank:<5} {status} {seq:<9} {init:<4} {fit(where, max(10, w - used))}")
-        if len(diagnosis.ranks) > 64:
-            out.write(out.style(f"  ... {len(diagnosis.ranks) - 64} more ranks (--json lists all)", "dim"))
+        if len(diagnosis.ranks) > RANK_ROWS:
+            out.write(out.style(f"  ... {len(diagnosis.ranks) - RANK_ROWS} more ranks like the rest (--json lists all)",
+                                "dim"))
     if diagnosis.flight is not None and getattr(diagnosis.flight, "summary", None):
         out.write("")
         out.write(out.style("Flight recorder", "bold"))

@@ -32,3 +32,15 @@ def test_no_line_of_any_text_report_is_wider_than_the_terminal(width):
         render_text(diagnose(catalog, resolve([str(path)])), Out(stream, False, width), catalog)
         wide += [(path.name, len(line), line) for line in stream.getvalue().splitlines() if len(line) > width]
     assert not wide, wide[:5]
+
+
+def test_a_cut_ranks_table_keeps_the_rank_that_died_among_thousands_waiting():
+    from types import SimpleNamespace
+
+    from gpudoctor.report import shown_ranks
+
+    ranks = [SimpleNamespace(rank=i, status="died" if i == 1234 else "waiting") for i in range(5000)]
+    shown = shown_ranks(ranks, 64)
+    assert len(shown) == 64 and 1234 in [r.rank for r in shown]
+    assert [r.rank for r in shown] == sorted(r.rank for r in shown)  # still in rank order
+    assert shown_ranks(ranks[:10], 64) == ranks[:10]
