@@ -20,6 +20,7 @@ examples:
   gpudoctor fix D22 --script train.py          # the diff, nothing written
   gpudoctor fix D22 --script train.py --apply
   gpudoctor fix --undo
+  gpudoctor fix --forget                       # past one that cannot be undone
   gpudoctor fix D4 --cmd "torchrun --master-port=29500 train.py"
   gpudoctor fix MN2 --param interface=ens5 --env-file cluster.env --apply
   gpudoctor fix --log logs/ --script train.py  # the log's top match
@@ -56,6 +57,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--apply", action="store_true", help="write the safe fixes (checked, backed up, undoable)")
     parser.add_argument("--unsafe", action="store_true", help="with --apply, also write the unsafe fixes")
     parser.add_argument("--undo", action="store_true", help="undo the last applied fix, byte for byte")
+    parser.add_argument("--forget", action="store_true",
+                        help="drop the last applied fix from the undo journal, files untouched (for one that can no "
+                             "longer be undone: --undo then reaches the fix before it)")
 
 
 def parse_params(items) -> dict:
@@ -116,8 +120,20 @@ def _probe_facts() -> dict:
 
 def run(args, out) -> int:
     from gpudoctor.engine.fixes import FixError, plan_fix, plan_to_dict
-    from gpudoctor.engine.fixes.apply import apply_plan, undo_last
+    from gpudoctor.engine.fixes.apply import apply_plan, forget_last, undo_last
 
+    if args.forget:
+        if args.id or args.apply or args.undo:
+            raise UserError("--forget takes no entry id, no --apply and no --undo")
+        try:
+            journal = forget_last()
+        except FixError as exc:
+            raise UserError(str(exc)) from None
+        if args.json:
+            print_json(out, {"schema": "gpudoctor.fixforget/1", "journal": journal})
+        else:
+            out.write(f"forgot the last applied fix; its backups stay in {journal}")
+        return EXIT_OK
     if args.undo:
         if args.id or args.apply:
             raise UserError("--undo takes no entry id and no --apply")

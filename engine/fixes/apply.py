@@ -227,15 +227,34 @@ def undo_last(state_dir=None) -> UndoResult:
         if manifest.get("status") != "applied":
             continue
         for rec in manifest["files"]:
-            if _sha(_read(rec["path"])) != rec["after_sha256"]:
-                raise StaleFileError(f"{rec['path']}: changed since gpudoctor applied the fix; undo would lose "
-                                     "those changes (restore it by hand from " + str(journal) + ")")
+            now = _read(rec["path"])
+            if _sha(now) != rec["after_sha256"]:
+                what = ("no longer exists" if now is None and rec["after_sha256"] is not None else
+                        "changed since gpudoctor applied the fix; undo would lose those changes")
+                raise StaleFileError(f"{rec['path']}: {what} (its copy from before the fix is in {journal}; "
+                                     "`gpudoctor fix --forget` drops this fix so that the one before it can be undone)")
         for rec in manifest["files"]:
             _restore(rec, journal)
         manifest["status"] = "undone"
         _write_manifest(journal, manifest)
         return UndoResult(tuple(r["path"] for r in manifest["files"]), str(journal))
     raise FixError("nothing to undo: no applied fix is recorded in " + str(state_dir_path(state_dir)))
+
+
+def forget_last(state_dir=None) -> str:
+    """Mark the last applied fix as forgotten, touching none of its files (its backups stay in its journal folder):
+    the way past a fix that can no longer be undone. Returns that journal folder."""
+    for journal in reversed(_journals(state_dir)):
+        try:
+            manifest = json.loads((journal / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if manifest.get("status") != "applied":
+            continue
+        manifest["status"] = "forgotten"
+        _write_manifest(journal, manifest)
+        return str(journal)
+    raise FixError("nothing to forget: no applied fix is recorded in " + str(state_dir_path(state_dir)))
 
 
 def state_dir_path(base=None) -> Path:

@@ -213,3 +213,16 @@ def test_a_script_too_deeply_nested_to_rewrite_is_exit_2_naming_it(cli, script):
     assert res.code == 2, res
     assert "nested too deeply" in res.err and str(script) in res.err and "internal error" not in res.err
     assert script.read_text() == text
+
+
+def test_a_fix_that_cannot_be_undone_is_forgotten_so_the_one_before_it_can_be(cli, tmp_path):
+    keep, gone = tmp_path / "keep.py", tmp_path / "gone.py"
+    for path in (keep, gone):
+        shutil.copyfile(D22, path)
+        assert cli("fix", "D22", "--script", str(path), "--apply").code == 0
+    gone.unlink()
+    res = cli("fix", "--undo")
+    assert res.code == 2 and "gone.py: no longer exists" in res.err and "gpudoctor fix --forget" in res.err
+    assert cli("fix", "--forget").code == 0
+    assert cli("fix", "--undo").code == 0 and keep.read_bytes() == D22.read_bytes() and not gone.exists()
+    assert cli("fix", "--forget").code == 2  # nothing applied is left
