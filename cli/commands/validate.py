@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 
-from gpudoctor.errors import EXIT_NOTHING, EXIT_OK
+from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
 
 HELP = "check the catalogue and your runbooks for schema errors"
 DESCRIPTION = """\
 Load every catalogue entry (built-in, GPUDOCTOR_KB and --kb folders) and report
-each problem as FILE: FIELD: what is wrong. Exit 0 when all load, 1 otherwise."""
+each problem as FILE: FIELD: what is wrong. Exit 0 when all load, 1 otherwise,
+2 when a DIR given here is not a folder."""
 
 
 def add_arguments(parser) -> None:
@@ -18,6 +19,13 @@ def add_arguments(parser) -> None:
 def run(args, out) -> int:
     from gpudoctor.kb.catalog import load_catalog
 
+    import os
+
+    for folder in args.dirs:  # named on this command line: a typo is a usage error, not a catalogue problem
+        if os.path.isfile(folder):
+            raise UserError(f"{folder}: a file; pass the folder that holds it")
+        if not os.path.isdir(folder):
+            raise UserError(f"{folder}: no such folder")
     catalog = load_catalog(args.kb + args.dirs, use_cache=False)
     if args.json:
         out.write(json.dumps({"entries": len(catalog), "problems": catalog.problems}, indent=2))

@@ -171,3 +171,11 @@ def test_search_with_no_match_echoes_a_long_query_cut_short(cli):
     r = cli("search", "--no-color", "x" * 5000)
     assert r.code == 1 and "Nothing in the catalogue matches" in r.out
     assert max(len(line) for line in r.out.splitlines()) < 120 and "x" * 61 not in r.out
+
+
+def test_validate_of_a_folder_that_is_not_one_is_a_usage_error(cli, tmp_path):
+    r = cli("validate", str(tmp_path / "missing"))
+    assert r.code == 2 and "no such folder" in r.err
+    (tmp_path / "X5.yaml").write_text("id: X5\n")
+    r = cli("validate", str(tmp_path / "X5.yaml"))
+    assert r.code == 2 and "a file; pass the folder that holds it" in r.err
