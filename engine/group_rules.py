@@ -31,10 +31,10 @@ SCORE = 0.8
 _XLA_SPAWN = _lazy(r"torch_xla[/\\]distributed[/\\]xla_multiprocessing\.py|\bxmp\.spawn\(")
 XLA_NOTE = ("torch_xla started these workers (one per TPU core), so a launcher did run; a default process group "
             "asked for under XLA is a code path the library does not support on that backend")
-SYNC_BN_SCORE = 0.7
+SYNC_BN_SCORE = 0.7  # the same message, from a layer the model config chose
 CUT_SCORE = 0.6  # the message itself is not in the log, only the frame that raises it
 # the innermost frame of a cut traceback inside the function that raises the missing-group error (its name may be cut)
-_RAISER_FRAME = _lazy(r"distributed_c10d\.py\"?,? line \d+, in (_get_default_g\w*|_check_default_pg\w*)\s*$")  # the same message, from a layer the model config chose
+_RAISER_FRAME = _lazy(r"distributed_c10d\.py\"?,? line \d+, in (_get_default_g\w*|_check_default_pg\w*)\s*$")
 
 
 def _caller(lines: list[str], at: int) -> int | None:

@@ -102,11 +102,11 @@ _MULTI = _lazy(r"\bnode_rank\W{1,3}[1-9]|\bGROUP_RANK\W{1,3}[1-9]|\bnum_machines
 # torchelastic's agent tearing the node's other workers down after one failed (elastic/multiprocessing/api.py,
 # torch 1.9-2.x: "Sending process %s closing signal %s"): it signals workers it started on this node, so there were two
 # or more
+_SEVERAL_PER_NODE = _lazy(r"Setting OMP_NUM_THREADS environment variable for each process to be \d+ in default|"
+                          r"Sending process \d+ closing signal SIG[A-Z]+")
 # DeepSpeed's init_distributed, once per process (deepspeed/comm/comm.py, 0.8-0.16: "cdb={cdb}" before a backend is
 # made): two of them in one console are two processes writing to it
 _DS_PROCESS_START = _lazy(r"\[comm\.py:\d+:init_distributed\] cdb=None")
-_SEVERAL_PER_NODE = _lazy(r"Setting OMP_NUM_THREADS environment variable for each process to be \d+ in default|"
-                          r"Sending process \d+ closing signal SIG[A-Z]+")
 
 
 def one_node_ordinal_rule(text: str, file: str) -> list:

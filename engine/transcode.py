@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import codecs
 
-BOMS = (b"\xff\xfe", b"\xfe\xff")  # little- and big-endian; the "utf-16" codec reads the mark and drops it
-CHUNK = 1 << 16
+CHUNK = 1 << 16  # UTF-16 bytes decoded at a time; the "utf-16" codec reads the byte-order mark and drops it
 
 
 class Utf16Reader:
@@ -14,23 +13,24 @@ class Utf16Reader:
     def __init__(self, raw):
         self._raw = raw
         self._decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")
-        self._pending = b""
+        self._pending = b""  # UTF-8 bytes decoded and not yet handed on, from self._at
+        self._at = 0
         self._ended = False
 
     def _fill(self, want: int) -> None:
-        while len(self._pending) < want and not self._ended:
+        while len(self._pending) - self._at < want and not self._ended:
             data = self._raw.read(CHUNK)
-            if not data:
-                self._ended = True
-                self._pending += self._decoder.decode(b"", final=True).encode("utf-8")
-                break
-            self._pending += self._decoder.decode(data).encode("utf-8")
+            text = self._decoder.decode(data, final=not data)
+            self._ended = not data
+            self._pending = self._pending[self._at:] + text.encode("utf-8")  # one copy per chunk, not per read
+            self._at = 0
 
     def read1(self, n: int = -1) -> bytes:
         self._fill(1 if n is None or n < 0 else max(1, n))
-        if n is None or n < 0:
-            n = len(self._pending)
-        out, self._pending = self._pending[:n], self._pending[n:]
+        left = len(self._pending) - self._at
+        n = left if n is None or n < 0 else min(n, left)
+        out = self._pending[self._at:self._at + n]
+        self._at += n
         return out
 
     def read(self, n: int = -1) -> bytes:
