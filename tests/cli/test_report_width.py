@@ -44,3 +44,11 @@ def test_a_cut_ranks_table_keeps_the_rank_that_died_among_thousands_waiting():
     assert len(shown) == 64 and 1234 in [r.rank for r in shown]
     assert [r.rank for r in shown] == sorted(r.rank for r in shown)  # still in rank order
     assert shown_ranks(ranks[:10], 64) == ranks[:10]
+
+
+def test_a_long_inputs_line_is_cut_in_its_middle_keeping_the_file_and_line_count(cli, tmp_path):
+    folder = tmp_path / ("a-rather-long-directory-name-" * 3)
+    folder.mkdir()
+    (folder / "rank0.log").write_text("RuntimeError: Address already in use\n")
+    head = cli("diagnose", str(folder / "rank0.log")).out.splitlines()[0]
+    assert len(head) <= 80 and head.endswith("rank0.log (1 line)") and "…" in head, head

@@ -52,7 +52,8 @@ def test_each_file_in_a_tar_is_a_log_of_its_own(cli_proc, tmp_path, suffix, mode
     archive = _tar(tmp_path / f"logs.{suffix}", mode)
     r = cli_proc("diagnose", "--no-color", str(archive), env={"TMPDIR": str(tmp_path), "COLUMNS": "300"})
     assert r.code == 0, r.err
-    assert r.out.splitlines()[0].startswith(f"1 known cause in {len(RANKS) + 1} files in {archive}/job/")
+    head = r.out.splitlines()[0]  # a long path is cut in its middle: the count and the member folder stay
+    assert head.startswith(f"1 known cause in {len(RANKS) + 1} files in /") and head.endswith("/job/ (162 lines)")
     assert "D20" in r.out and "rank2.log:16" in r.out  # evidence is located by member and line
     assert _ranks(r.out) == ["0", "1", "2", "3"]  # ranks read off the members' names, as in a directory
     assert "MN5" not in r.out and "\\x00" not in r.out  # the archive's headers are not read as log lines
