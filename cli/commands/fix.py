@@ -122,26 +122,19 @@ def run(args, out) -> int:
     from gpudoctor.engine.fixes import FixError, plan_fix, plan_to_dict
     from gpudoctor.engine.fixes.apply import apply_plan, forget_last, undo_last
 
-    if args.forget:
-        if args.id or args.apply or args.undo:
-            raise UserError("--forget takes no entry id, no --apply and no --undo")
+    if args.forget or args.undo:
+        if args.id or args.apply or (args.forget and args.undo):
+            raise UserError("--undo and --forget take no entry id, no --apply and not each other")
         try:
-            journal = forget_last()
+            res = forget_last() if args.forget else undo_last()
         except FixError as exc:
             raise UserError(str(exc)) from None
-        if args.json:
-            print_json(out, {"schema": "gpudoctor.fixforget/1", "journal": journal})
-        else:
-            out.write(f"forgot the last applied fix; its backups stay in {journal}")
-        return EXIT_OK
-    if args.undo:
-        if args.id or args.apply:
-            raise UserError("--undo takes no entry id and no --apply")
-        try:
-            res = undo_last()
-        except FixError as exc:
-            raise UserError(str(exc)) from None
-        if args.json:
+        if args.forget:
+            if args.json:
+                print_json(out, {"schema": "gpudoctor.fixforget/1", "journal": res})
+            else:
+                out.write(f"forgot the last applied fix; its backups stay in {res}")
+        elif args.json:
             print_json(out, {"schema": "gpudoctor.fixundo/1", "restored": list(res.restored), "journal": res.journal})
         else:
             for path in res.restored:

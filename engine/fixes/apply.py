@@ -217,44 +217,42 @@ def _journals(base) -> list[Path]:
     return sorted(p for p in root.iterdir() if (p / "manifest.json").is_file()) if root.is_dir() else []
 
 
-def undo_last(state_dir=None) -> UndoResult:
-    """Put back, byte for byte, the files of the last applied fix; refuses if they changed since."""
+def _last_applied(state_dir, verb: str) -> tuple[Path, dict]:
+    """The journal folder and manifest of the last fix still applied; FixError naming `verb` when there is none."""
     for journal in reversed(_journals(state_dir)):
         try:
             manifest = json.loads((journal / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if manifest.get("status") != "applied":
-            continue
-        for rec in manifest["files"]:
-            now = _read(rec["path"])
-            if _sha(now) != rec["after_sha256"]:
-                what = ("no longer exists" if now is None and rec["after_sha256"] is not None else
-                        "changed since gpudoctor applied the fix; undo would lose those changes")
-                raise StaleFileError(f"{rec['path']}: {what} (its copy from before the fix is in {journal}; "
-                                     "`gpudoctor fix --forget` drops this fix so that the one before it can be undone)")
-        for rec in manifest["files"]:
-            _restore(rec, journal)
-        manifest["status"] = "undone"
-        _write_manifest(journal, manifest)
-        return UndoResult(tuple(r["path"] for r in manifest["files"]), str(journal))
-    raise FixError("nothing to undo: no applied fix is recorded in " + str(state_dir_path(state_dir)))
+        if manifest.get("status") == "applied":
+            return journal, manifest
+    raise FixError(f"nothing to {verb}: no applied fix is recorded in " + str(state_dir_path(state_dir)))
+
+
+def undo_last(state_dir=None) -> UndoResult:
+    """Put back, byte for byte, the files of the last applied fix; refuses if they changed since."""
+    journal, manifest = _last_applied(state_dir, "undo")
+    for rec in manifest["files"]:
+        now = _read(rec["path"])
+        if _sha(now) != rec["after_sha256"]:
+            what = ("no longer exists" if now is None and rec["after_sha256"] is not None else
+                    "changed since gpudoctor applied the fix; undo would lose those changes")
+            raise StaleFileError(f"{rec['path']}: {what} (its copy from before the fix is in {journal}; "
+                                 "`gpudoctor fix --forget` drops this fix so that the one before it can be undone)")
+    for rec in manifest["files"]:
+        _restore(rec, journal)
+    manifest["status"] = "undone"
+    _write_manifest(journal, manifest)
+    return UndoResult(tuple(r["path"] for r in manifest["files"]), str(journal))
 
 
 def forget_last(state_dir=None) -> str:
     """Mark the last applied fix as forgotten, touching none of its files (its backups stay in its journal folder):
     the way past a fix that can no longer be undone. Returns that journal folder."""
-    for journal in reversed(_journals(state_dir)):
-        try:
-            manifest = json.loads((journal / "manifest.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if manifest.get("status") != "applied":
-            continue
-        manifest["status"] = "forgotten"
-        _write_manifest(journal, manifest)
-        return str(journal)
-    raise FixError("nothing to forget: no applied fix is recorded in " + str(state_dir_path(state_dir)))
+    journal, manifest = _last_applied(state_dir, "forget")
+    manifest["status"] = "forgotten"
+    _write_manifest(journal, manifest)
+    return str(journal)
 
 
 def state_dir_path(base=None) -> Path:
