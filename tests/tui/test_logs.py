@@ -155,6 +155,11 @@ async def test_a_stuck_diagnosis_shows_progress_and_esc_kills_it_at_once(make, t
         assert time.monotonic() - pressed < 3  # not the child's 300 s
         assert screen.diagnosis is None
         assert "cancelled" in str(screen.query_one("#status").render())
+        from gpudoctor.tui.messages import Progress
+
+        screen.post_message(Progress("diagnosis", 2 << 20, 4 << 20))  # a report the worker posted before it stopped
+        await pilot.pause()
+        assert "cancelled" in str(screen.query_one("#status").render())
         assert isinstance(app.screen, LogScreen)  # the first esc cancels; the second goes back
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, LogScreen), what="back")

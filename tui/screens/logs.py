@@ -141,6 +141,9 @@ class LogScreen(Screen):
             self.show_source(self.sources[0].name)
 
     def on_progress(self, message: Progress) -> None:
+        worker = self.diagnose_worker
+        if worker is None or not worker.is_running:  # a report posted just before esc cancelled: the run is over
+            return
         bar = self.query_one("#progress", ProgressBar)
         bar.update(total=message.total, progress=message.done)
         mib = message.done / 2**20
