@@ -26,3 +26,12 @@ def print_json(out, payload) -> None:
 def fit(text: str, width: int) -> str:
     """Cut text to a width, marking the cut."""
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def fit_middle(text: str, width: int) -> str:
+    """Cut text to a width in its middle: the start and the end (a file name, a line count) stay."""
+    if len(text) <= width:
+        return text
+    keep = max(0, width - 1)
+    tail = min(keep // 2 + 12, keep)
+    return text[: keep - tail] + "…" + text[len(text) - tail:]

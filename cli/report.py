@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from gpudoctor.common import fit
+from gpudoctor.common import fit, fit_middle
 from gpudoctor.engine.context_guess import from_content_only
 from gpudoctor.term import Out, sanitize
 
@@ -114,15 +114,6 @@ def split_tiers(findings) -> tuple[list, list]:
     return matches, [f for f in findings if getattr(f, "tier", "match") != "match"]
 
 
-def _fit_middle(text: str, width: int) -> str:
-    """Cut a long inputs line in its middle: the start of the path and its end, with the line count, stay."""
-    if len(text) <= width:
-        return text
-    keep = max(0, width - 1)
-    tail = min(keep // 2 + 12, keep)  # the file name and "(N lines)" are what a reader checks
-    return text[: keep - tail] + "…" + text[len(text) - tail:]
-
-
 def render_text(diagnosis, out: Out, catalog=None, witnessed: bool = False) -> None:
     """witnessed: the script, the command or the probes were already read (no hint how to add them)."""
     w = out.width
@@ -130,11 +121,11 @@ def render_text(diagnosis, out: Out, catalog=None, witnessed: bool = False) -> N
     matches, possible = split_tiers(diagnosis.findings)
     if matches:
         n = len(matches)
-        out.write(out.style(f"{n} known cause{'s' * (n != 1)} in {_fit_middle(head, w - 22)}", "bold"))
+        out.write(out.style(f"{n} known cause{'s' * (n != 1)} in {fit_middle(head, w - 22)}", "bold"))
     elif possible:
-        out.write(out.style(f"No known cause matched in {_fit_middle(head, w - 37)}. Possibly:", "bold"))
+        out.write(out.style(f"No known cause matched in {fit_middle(head, w - 37)}. Possibly:", "bold"))
     else:
-        out.write(out.style(f"No known cause in {_fit_middle(head, w - 18)}", "bold"))
+        out.write(out.style(f"No known cause in {fit_middle(head, w - 18)}", "bold"))
     _text_findings(diagnosis, out, matches, w)
     if possible:
         if matches:

@@ -60,16 +60,21 @@ _CUDA_INDEX = _lazy(r"device\(type='cuda',\s*index=(\d+)\)")
 _MACOS_PACKAGES = _lazy(r'File "/Users/[^"]*[/\\](?:site|dist)-packages[/\\]')
 
 
+def macos_module_rule(text: str, file: str) -> list[Verdict]:
+    """DDP's device_ids check failing on macOS, where torch has no CUDA: the module on the CPU is meant there, and the
+    device_ids passed are the mistake, not P2."""
+    if "only work with single-device" not in text or not _MACOS_PACKAGES.search(text):
+        return []
+    line_no, line = line_at(text, text.find("only work with single-device"))
+    return _ruled_out("P2", "rule:ddp-on-macos", file, line_no, line,
+                      "not P2: the traceback's packages are installed under /Users (macOS), where torch has no CUDA "
+                      "device to move the module to; a CPU (gloo) run must pass device_ids=None")
+
+
 def multi_device_module_rule(text: str, file: str) -> list[Verdict]:
-    """DDP's device_ids check whose module parameters lie on two or more GPUs: a model split over GPUs, not P2. On
-    macOS, where torch has no CUDA, the module on the CPU is meant: the device_ids passed are the mistake, not P2."""
+    """DDP's device_ids check whose module parameters lie on two or more GPUs: a model split over GPUs, not P2."""
     if "only work with single-device" not in text:
         return []
-    if _MACOS_PACKAGES.search(text):
-        line_no, line = line_at(text, text.find("only work with single-device"))
-        return _ruled_out("P2", "rule:ddp-on-macos", file, line_no, line,
-                          "not P2: the traceback's packages are installed under /Users (macOS), where torch has no "
-                          "CUDA device to move the module to; a CPU (gloo) run must pass device_ids=None")
     for m in _DEVICE_IDS_CHECK.finditer(text):
         gpus = set(_CUDA_INDEX.findall(m.group("devices")))
         if len(gpus) < 2:
@@ -151,5 +156,5 @@ def oom_on_own_gpu_rule(text: str, file: str) -> list[Verdict]:
 
 
 def device_rules(text: str, file: str) -> list[Verdict]:
-    return two_gpus_one_process_rule(text, file) + multi_device_module_rule(text, file) + \
-        model_internal_tensor_rule(text, file) + oom_on_own_gpu_rule(text, file)
+    return two_gpus_one_process_rule(text, file) + (macos_module_rule(text, file) or multi_device_module_rule(
+        text, file)) + model_internal_tensor_rule(text, file) + oom_on_own_gpu_rule(text, file)
