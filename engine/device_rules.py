@@ -49,6 +49,39 @@ def two_gpus_one_process_rule(text: str, file: str) -> list[Verdict]:
     return []
 
 
+# the older check (ATen's checkSameGPU, torch 1.0-1.9): "to have the same device as tensor for argument #2 'weight'; but
+# device 1 does not equal 0"
+_OLD_TWO_DEVICES = _lazy(r"to have the same device as tensor for argument #\d+ '\w+'; but device (\d+) does not "
+                         r"equal (\d+)")
+SPREAD_SCORE = 0.5  # a guess: the same error comes from a model split over GPUs that the log does not name
+
+
+def two_gpus_unnamed_split_rule(text: str, file: str) -> list[Verdict]:
+    """Two GPUs in one operation of a single process, with no device_map or dispatch in sight: the usual way one
+    process holds tensors on two GPUs is nn.DataParallel (P1), whose replicas meet a tensor left on the first GPU, or
+    which runs behind `python train.py` on a machine with several GPUs (transformers' Trainer wraps the model in it).
+    A possible P1, ahead of P4 (a loss or target on the CPU, or on the wrong rank's GPU)."""
+    if "Expected all tensors" not in text and "does not equal" not in text:
+        return []
+    for line_no, line in enumerate(text.splitlines(), 1):
+        m = _TWO_DEVICES.search(line)
+        if m is not None:
+            devices = {d for d in m.group("a", "b", "c", "d") if d}
+        else:
+            old = _OLD_TWO_DEVICES.search(line)
+            devices = {f"cuda:{old.group(1)}", f"cuda:{old.group(2)}"} if old is not None else set()
+        if not devices:
+            continue
+        if (not all(d.startswith("cuda") for d in devices) or len(devices) < 2 or _SEVERAL_PROCESSES.search(text)
+                or _SPLIT_MODEL.search(text)):
+            return []
+        here = Evidence(file, line_no, line, "hint:two-gpus-one-process")
+        note = (f"line {line_no} names two GPUs ({' and '.join(sorted(devices))}) and nothing shows a second "
+                f"process: nn.DataParallel (or a model split over GPUs) put them in one process")
+        return [Verdict("P1", "hint:two-gpus-one-process", (here,), score=SPREAD_SCORE, tier="possible", note=note)]
+    return []
+
+
 # DDP's device_ids check (torch/nn/parallel/distributed.py) fails for a module on the CPU (P2) and for one that a
 # device_map spread over several GPUs; the parameter set it prints tells them apart, even across a wrapped line
 _DEVICE_IDS_CHECK = _lazy(r"device_ids and output_device arguments\s+only work with single-device[\s\S]{0,300}?"
@@ -156,5 +189,6 @@ def oom_on_own_gpu_rule(text: str, file: str) -> list[Verdict]:
 
 
 def device_rules(text: str, file: str) -> list[Verdict]:
-    return two_gpus_one_process_rule(text, file) + (macos_module_rule(text, file) or multi_device_module_rule(
-        text, file)) + model_internal_tensor_rule(text, file) + oom_on_own_gpu_rule(text, file)
+    return (two_gpus_one_process_rule(text, file) + two_gpus_unnamed_split_rule(text, file)
+            + (macos_module_rule(text, file) or multi_device_module_rule(text, file))
+            + model_internal_tensor_rule(text, file) + oom_on_own_gpu_rule(text, file))

@@ -114,6 +114,8 @@ REPEATED_TRIGGERS = [
     ('  File "x/distributed_c10d.py", line 4, in _get_default_group ', ""),
     ("[comm.py:637:init_distributed] cdb=None ", "\nRuntimeError: CUDA error: invalid device ordinal\n"),
     ('  File "x/torch/nn/parallel/data_parallel.py", line 9, in forward ', ""),
+    ("Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0! ", "\n"),
+    ("to have the same device as tensor for argument #2 'weight'; but device 1 does not equal 0 ", "\n"),
 ]
 
 
