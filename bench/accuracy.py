@@ -2,7 +2,8 @@
 
 Development set: every tests/data/logs/manifest*.yaml. Sealed set: every tests/data/sealed/manifest*.yaml (paths
 relative to tests/data/sealed/); it is measured, never read while writing signatures, and its per-log
-results are printed only with --show-sealed.
+results are printed only with --show-sealed. One log per thread: where a set holds two logs of one thread (found by
+the source URL, its comment anchor dropped), the one read first counts and the other is left out, with a count.
 
 Figures per set: top-1 (the first confident match is the expected entry), top-3 (the expected entry among
 the first three findings, confident or possible), negatives without a confident match, the possible
@@ -66,6 +67,20 @@ _ERRORISH = re.compile(r"error|exception|fail|fatal|abort|timed? ?out|killed|ref
                        r"not found|mismatch|WARN|Traceback|signal|exit ?code", re.IGNORECASE)
 
 
+class Cases(list):
+    """A set's cases, and how many later logs of a thread already in it were left out."""
+    repeats = 0
+
+
+_THREAD_URL = re.compile(r"https?://[^\s)'\"]+")
+
+
+def thread_of(source) -> str | None:
+    """The thread a case's source names (its URL without the comment anchor), or None for a log made here."""
+    m = _THREAD_URL.search(str(source or ""))
+    return m.group(0).split("#")[0].rstrip("/.,;").lower() if m else None
+
+
 def load_cases(base: Path, pattern: str, before_relabel: bool = False) -> list[dict]:
     """The manifest entries under base (every file matching pattern), each with its absolute path.
 
@@ -74,10 +89,15 @@ def load_cases(base: Path, pattern: str, before_relabel: bool = False) -> list[d
     figures measured before that."""
     import yaml
 
-    cases = []
+    cases, threads = Cases(), set()
     for manifest in sorted(base.glob(pattern)) if base.is_dir() else []:
         for case in yaml.safe_load(manifest.read_text()) or []:
             case = dict(case)
+            thread = thread_of(case.get("source"))
+            if thread is not None and thread in threads:
+                cases.repeats += 1  # one log per thread: a second log of a thread already counted is left out
+                continue
+            threads.add(thread)
             if before_relabel and case.get("relabelled"):
                 case["expect"] = case.get("was")
             case["abs"] = base / case["path"]
@@ -352,7 +372,8 @@ def main(argv=None) -> int:
 
     catalog = load_catalog(use_cache=False)
     old = args.before_relabel
-    sets = {"dev": evaluate_cases(load_cases(DEV, "manifest*.yaml", old), catalog, not args.no_hyperscan)}
+    dev_cases = load_cases(DEV, "manifest*.yaml", old)
+    sets = {"dev": evaluate_cases(dev_cases, catalog, not args.no_hyperscan)}
     # the development set without the logs reproduced here (tests/data/gen): only real users' logs
     sets["dev-public"] = summarize([r for r in sets["dev"]["rows"] if r["public"]])
     sealed = [] if args.dev_only else load_cases(SEALED, "manifest*.yaml", old)
@@ -371,6 +392,9 @@ def main(argv=None) -> int:
         print(json.dumps(out, indent=2))
         return 0
     print(render(sets, args.verbose, args.show_sealed))
+    repeats = {name: cases.repeats for name, cases in (("dev", dev_cases), ("sealed", sealed)) if cases}
+    print("\none log per thread: later logs of a thread already counted are left out ("
+          + ", ".join(f"{name} {n}" for name, n in repeats.items()) + ")")
     if not sealed and not args.dev_only:
         print(f"\n(no sealed set: {SEALED}/manifest*.yaml not found)")
     return 0

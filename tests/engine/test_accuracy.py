@@ -272,3 +272,18 @@ def test_outcomes_sort_each_positive_into_one_kind():
             {"expect": "D1", "matches": [], "possible": ["D1", "D4"]}, {"expect": "D1", "matches": [], "possible": ["D4"]},
             {"expect": "D1", "matches": [], "possible": []}]
     assert [bench.outcome(r) for r in rows] == list(bench.OUTCOMES)
+
+
+def test_a_second_log_of_one_thread_is_left_out_and_counted(tmp_path):
+    """One log per thread: two logs from one issue (its description and a comment) would count the same incident
+    twice; the one in the manifest read first stays."""
+    bench = _bench()
+    for name in ("a.log", "b.log", "c.log"):
+        (tmp_path / name).write_text("RuntimeError: Default process group has not been initialized\n")
+    (tmp_path / "manifest-a.yaml").write_text(
+        "- path: a.log\n  expect: D1\n  source: 'public: https://github.com/o/r/issues/7 (o/r #7, the description)'\n"
+        "- path: c.log\n  expect: D1\n  source: 'public: https://github.com/o/r/issues/70'\n")
+    (tmp_path / "manifest-b.yaml").write_text(
+        "- path: b.log\n  expect: null\n  source: 'public: https://github.com/O/r/issues/7#issuecomment-1 (a comment)'\n")
+    cases = bench.load_cases(tmp_path, "manifest*.yaml")
+    assert [c["path"] for c in cases] == ["a.log", "c.log"] and cases.repeats == 1
