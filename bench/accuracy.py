@@ -81,12 +81,12 @@ def thread_of(source) -> str | None:
     return m.group(0).split("#")[0].rstrip("/.,;").lower() if m else None
 
 
-def load_cases(base: Path, pattern: str, before_relabel: bool = False) -> list[dict]:
+def load_cases(base: Path, pattern: str, before_relabel: bool = False, one_per_thread: bool = True) -> list[dict]:
     """The manifest entries under base (every file matching pattern), each with its absolute path.
 
     before_relabel: the labels as they were before a relabel (a `relabelled:` case counts as its `was:` label, a
     negative where it names none: most relabels are a cause whose entry joined the catalogue later), to compare with
-    figures measured before that."""
+    figures measured before that. one_per_thread=False keeps every log (a reader's labels name logs, not threads)."""
     import yaml
 
     cases, threads = Cases(), set()
@@ -94,7 +94,7 @@ def load_cases(base: Path, pattern: str, before_relabel: bool = False) -> list[d
         for case in yaml.safe_load(manifest.read_text()) or []:
             case = dict(case)
             thread = thread_of(case.get("source"))
-            if thread is not None and thread in threads:
+            if one_per_thread and thread is not None and thread in threads:
                 cases.repeats += 1  # one log per thread: a second log of a thread already counted is left out
                 continue
             threads.add(thread)

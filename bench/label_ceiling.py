@@ -36,7 +36,7 @@ def load(which: str) -> list[dict]:
     labels = LABELS[which]
     if not labels.is_file():
         return []
-    cases = {c["path"]: c for c in load_cases(SETS[which], "manifest*.yaml")}
+    cases = {c["path"]: c for c in load_cases(SETS[which], "manifest*.yaml", one_per_thread=False)}
     rows = []
     for row in yaml.safe_load(labels.read_text(encoding="utf-8")):
         case = cases.get(row["path"])
