@@ -188,7 +188,32 @@ def oom_on_own_gpu_rule(text: str, file: str) -> list[Verdict]:
     return []
 
 
+# Lightning's check of the requested GPU ids against the visible ones (_sanitize_gpu_ids, fabric/utilities/
+# device_parser.py): two lines, or one with a literal \n where the exception's repr was printed
+_REQUESTED = _lazy(r"You requested (?:gpu|GPUs): \[(?P<asked>[\d,\s]*)\][\s\S]{0,120}?But your machine only has: "
+                   r"\[(?P<has>[\d,\s]*)\]")
+
+
+def requested_ids_rule(text: str, file: str) -> list[Verdict]:
+    """Lightning refusing GPU ids the machine does not have, where no more ids were asked for than it has: one process
+    per id still fits, so the ids are wrong (a physical id under CUDA_VISIBLE_DEVICES, devices=[1] on a one-GPU
+    machine), not the count: D27 is ruled out. With no GPU at all the signature does not fire in the first place."""
+    if "But your machine only has" not in text:
+        return []
+    m = _REQUESTED.search(text)
+    if m is None:
+        return []
+    asked, has = (re.findall(r"\d+", m.group(g)) for g in ("asked", "has"))
+    if not has or len(asked) > len(has):
+        return []
+    line_no, line = line_at(text, m.start())
+    return _ruled_out("D27", "rule:requested-ids-within-count", file, line_no, line,
+                      f"not D27: {len(asked)} GPU id(s) asked for and {len(has)} visible, so the count fits; the ids "
+                      f"name GPUs this machine does not show (number them from 0 within CUDA_VISIBLE_DEVICES, or "
+                      f"pass devices={len(asked)})")
+
+
 def device_rules(text: str, file: str) -> list[Verdict]:
     return (two_gpus_one_process_rule(text, file) + two_gpus_unnamed_split_rule(text, file)
             + (macos_module_rule(text, file) or multi_device_module_rule(text, file))
-            + model_internal_tensor_rule(text, file) + oom_on_own_gpu_rule(text, file))
+            + model_internal_tensor_rule(text, file) + oom_on_own_gpu_rule(text, file) + requested_ids_rule(text, file))

@@ -37,3 +37,29 @@ def test_a_gpu_and_the_cpu_are_not_two_gpus(catalog):
                      "cuda:0 and cpu!")
     assert not any(f.signatures == ("hint:two-gpus-one-process",) for f in d.findings)
     assert (matches(d) + possible(d))[:1] == ["P4"]
+
+
+@pytest.mark.parametrize("asked, has, d27", [
+    ("[0, 1]", "[0]", True),  # two processes, one GPU: the count
+    ("[0, 1, 2, 3, 4, 5]", "[0, 1, 2]", True),
+    ("[1]", "[0]", False),  # one process asking for GPU 1 on a one-GPU machine: the id, not the count
+    ("[2, 3]", "[0, 1, 2]", False),  # physical ids under CUDA_VISIBLE_DEVICES
+])
+def test_lightning_requested_ids_name_d27_only_when_more_are_asked_than_seen(catalog, asked, has, d27):
+    text = ("lightning_fabric.utilities.exceptions.MisconfigurationException: You requested gpu: " + asked +
+            "\n But your machine only has: " + has + "\n")
+    d = run(catalog, text)
+    assert ("D27" in matches(d)) == d27
+    if not d27:
+        assert any("not D27" in n and "count fits" in n for n in d.notes)
+
+
+def test_the_requested_ids_in_an_exception_repr_on_one_line(catalog):
+    d = run(catalog, "MisconfigurationException('You requested gpu: [1]\\n But your machine only has: [0]')")
+    assert "D27" not in matches(d)
+
+
+def test_lightning_refusing_a_gpu_named_twice_is_d27(catalog):
+    d = run(catalog, "pytorch_lightning.utilities.exceptions.MisconfigurationException: Device ID's (GPU) must be "
+                     "unique.")
+    assert matches(d)[:1] == ["D27"]
