@@ -10,7 +10,8 @@ does; it prints nothing per match). Ratios are against a reference measured in t
   smallin  the under-8-MiB path (a 4 MB log: re2 where installed, else python): diagnose / rg
   ranks    1,024 per-rank 1 MB logs: diagnose / rg over the same files (target <= 1.5), medians of
            interleaved runs, wall and CPU time (user + system, worker processes included)
-  startup  `gpudoctor show D8` and `diagnose` of a 1 KB log / the venv's `python -c pass` (target <= 3)
+  startup  `gpudoctor show D8`, `diagnose` of a 1 KB log and of one error line piped in / the venv's
+           `python -c pass` (target <= 3)
 Needs ripgrep (`apt-get install ripgrep`). Files go under --workdir (default a temp dir, removed after).
 """
 from __future__ import annotations
@@ -55,10 +56,11 @@ def rust_escape(text: str) -> str:
     return "".join("\\" + c if c in "\\.+*?()|[]{}^$#&-~" else c for c in text)
 
 
-def run(argv: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one command, its output discarded."""
+def run(argv: list[str], stdin: Path | None = None) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one command, its output discarded; stdin: a file piped to it."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    with open(stdin or os.devnull, "rb") as feed:
+        proc = subprocess.Popen(argv, stdin=feed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     _, _status, usage = os.wait4(proc.pid, 0)
     return time.perf_counter() - start, usage.ru_maxrss
 
@@ -175,14 +177,18 @@ def main() -> int:
         if "startup" in only:
             small = workdir / "one-kb.log"
             small.write_bytes(loggen.generate("mix", 900, seed=1) + loggen.PLANTED[2].encode() + b"\n")
-            commands = {"show D8": GD + ["show", "D8", "--no-color"],
-                        "diagnose 1 KB": GD + ["diagnose", "--no-color", str(small)]}
-            for argv in commands.values():
-                run(argv)  # warm the caches (catalogue, bytecode)
+            pasted = workdir / "pasted.log"  # one error line piped in: the word guesses run beside the match
+            pasted.write_text("RuntimeError: Default process group has not been initialized, please make sure to call "
+                              "init_process_group.\n")
+            commands = {"show D8": (GD + ["show", "D8", "--no-color"], None),
+                        "diagnose 1 KB": (GD + ["diagnose", "--no-color", str(small)], None),
+                        "diagnose 1 line, stdin": (GD + ["diagnose", "--no-color"], pasted)}
+            for argv, feed in commands.values():
+                run(argv, feed)  # warm the caches (catalogue, bytecode)
             n = max(9, args.repeat)
             base = statistics.median(run([sys.executable, "-c", "pass"])[0] for _ in range(n))
-            for name, argv in commands.items():
-                t = statistics.median(run(argv)[0] for _ in range(n))
+            for name, (argv, feed) in commands.items():
+                t = statistics.median(run(argv, feed)[0] for _ in range(n))
                 print(f"startup {name}: {t * 1000:.0f} ms, python -c pass {base * 1000:.0f} ms, ratio {t / base:.1f} "
                       f"(target <= 3)")
                 ok &= t / base <= 3

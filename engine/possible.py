@@ -119,6 +119,39 @@ def _specific_index(catalog):
                 best[i] = max(best.get(i, 0.0), weight * (ratio - 80) / 20.0)
             return best
 
+        def _phrase_matches(self, q_lower: str):
+            """The parent's phrase scoring, over only the phrases that share a word of five or more letters with
+            the line: a phrase scoring 85 against a line has most of its words in it intact, and scoring all
+            thousand-odd phrases on every failure line was most of a short paste's diagnosis time."""
+            from rapidfuzz import fuzz, process
+
+            owners, phrases, by_word, always = self._phrase_table()
+            picked = set(always)
+            for word in set(_LONG_WORD.findall(q_lower)):
+                picked.update(by_word.get(word, ()))
+            keys = sorted(picked)
+            for _phrase, ratio, k in process.extract(q_lower, [phrases[k] for k in keys], scorer=fuzz.partial_ratio,
+                                                     score_cutoff=85, limit=None):
+                yield owners[keys[k]], phrases[keys[k]], ratio
+
+        def _phrase_table(self):
+            table = self.__dict__.get("_table")
+            if table is None:
+                owners, phrases, by_word, always = [], [], {}, []
+                for i, entry_phrases in enumerate(self.phrases):
+                    for phrase in entry_phrases:
+                        if len(phrase) >= 12:
+                            k = len(phrases)
+                            owners.append(i)
+                            phrases.append(phrase)
+                            words = set(_LONG_WORD.findall(phrase))
+                            for word in words:
+                                by_word.setdefault(word, []).append(k)
+                            if not words:
+                                always.append(k)
+                table = self.__dict__["_table"] = (owners, phrases, by_word, always)
+            return table
+
         def _mass(self, phrase: str) -> float:
             from gpudoctor.kb.search import tokenize
 
@@ -130,6 +163,7 @@ def _specific_index(catalog):
     return FailureLineIndex(**vars(catalog.search_index()))
 
 
+_LONG_WORD = re.compile(r"[a-z0-9]{5,}")
 WHOLE_PHRASE = 0.8  # a phrase this long against the line is the line itself, pasted
 PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
 

@@ -150,6 +150,44 @@ def _centred(text: str, m, cut_left: bool, cut_right: bool) -> str:
     return ("…" if cut_left or lo else "") + text[lo:hi] + ("…" if cut_right or hi < len(text) else "")
 
 
+SNIFF = 1 << 16  # a stream of unknown size is read this far first: under it, its size is known
+
+
+def _sniff(stream) -> tuple:
+    """(a stream giving the same bytes, their size if the stream ended within SNIFF bytes, else None)."""
+    parts, got = [], 0
+    while got < SNIFF:
+        data = stream.read(SNIFF - got)
+        if not data:  # the end (a short read alone is not: a pipe hands over what it has)
+            import io
+
+            head = b"".join(parts)
+            return io.BytesIO(head), len(head)
+        parts.append(data)
+        got += len(data)
+    return _Prefixed(b"".join(parts), stream), None
+
+
+class _Prefixed:
+    """The bytes already read from a stream, then the rest of it."""
+
+    def __init__(self, head: bytes, rest) -> None:
+        self._head, self._at, self._rest = head, 0, rest
+
+    def readinto(self, view) -> int:
+        if self._at < len(self._head):
+            n = min(len(view), len(self._head) - self._at)
+            view[:n] = self._head[self._at : self._at + n]
+            self._at += n
+            return n
+        readinto = getattr(self._rest, "readinto", None)
+        if readinto is not None:
+            return readinto(view)
+        data = self._rest.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
 class Scanner:
     """Reads streams block by block; an engine (hyperscan, re2, python) proposes lines, Python re verifies them."""
 
@@ -176,6 +214,9 @@ class Scanner:
              size_hint: int | None = None, rank_tail: bool = True) -> SourceScan:
         """Read the stream in chunks into one reused buffer; only whole lines reach the patterns."""
         result = SourceScan(name=name)
+        original = stream
+        if size_hint is None:  # a pipe: most are a pasted error, which needs no 17 MB buffer
+            stream, size_hint = _sniff(stream)
         if self._small:
             self.matcher = self._matcher("python" if size_hint is not None and size_hint < TINY else "re2")
             self.engine = self.matcher.name
@@ -230,7 +271,7 @@ class Scanner:
                 self._width = detect_width(bytes(buffer[: min(held, WIDTH_SAMPLE)]))
             self._block(buffer, held, line_no, result)
         result.lines = line_no if (held or partial) else line_no - 1
-        result.problem = getattr(stream, "problem", None)
+        result.problem = getattr(original, "problem", None)
         view.release()
         if len(buffer) <= KEEP_BUFFER:
             self._spare = buffer

@@ -333,3 +333,29 @@ def test_terminal_evidence_from_a_huge_line_shows_the_words_that_matched(cli, tm
     shown = " ".join(line.strip() for line in res.out.splitlines()[2:4])
     assert res.code == 0 and "Address already in use" in shown, res.out[:600]
     assert all(len(line) <= 80 for line in res.out.splitlines())
+
+
+class _Trickle(io.RawIOBase):
+    """A pipe that hands over a few bytes per read, as a slow writer's does."""
+
+    def __init__(self, data: bytes, step: int) -> None:
+        self._data, self._at, self._step = data, 0, step
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, view) -> int:
+        n = min(len(view), self._step, len(self._data) - self._at)
+        view[:n] = self._data[self._at : self._at + n]
+        self._at += n
+        return n
+
+
+@pytest.mark.parametrize("size", [scan_mod.SNIFF - 100, scan_mod.SNIFF + 5000, 3 * scan_mod.SNIFF])
+def test_a_stream_of_unknown_size_is_read_whole_through_short_reads(patterns, size):
+    line = b"[rank3]: RuntimeError: Address already in use\n"
+    filler = b"".join(b"step %07d loss 0.25\n" % i for i in range(size // 22 + 1))[:size]
+    data = filler[: filler.rfind(b"\n") + 1] + line
+    result = Scanner(patterns).scan(_Trickle(data, 777), "<pipe>")
+    assert result.bytes == len(data) and result.lines == data.count(b"\n")
+    assert any(h.all()[-1].line_no == result.lines for h in result.hits.values())
