@@ -331,12 +331,13 @@ def _accelerate(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
 
 def _deepspeed(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
     nproc = _count(facts, "nproc") or launch.option("--num_gpus")
-    nnodes = str(_count(facts, "nnodes") or "1")
+    nnodes = str(_count(facts, "nnodes") or launch.option("--num_nodes") or "1")
     words = [*_env(launch), "deepspeed"]
     drop = {"--num_gpus", "--hostfile", "--num_nodes"}
-    if nnodes != "1":
-        words.append("--hostfile=hostfile")
-        notes.append("write `hostfile` with one `host slots=N` line per node, and check passwordless SSH to each")
+    if nnodes != "1":  # the nodes come from the hostfile; --num_nodes then takes the first N of them
+        hostfile = launch.option("--hostfile") or "hostfile"
+        words += [f"--hostfile={hostfile}", f"--num_nodes={nnodes}"]
+        notes.append(f"write `{hostfile}` with one `host slots=N` line per node, and check passwordless SSH to each")
     if nproc:
         words.append(f"--num_gpus={nproc}")
     words += [*_kept(launch, "deepspeed", drop), *_script_words(launch, "deepspeed")]

@@ -100,8 +100,19 @@ def test_d5_accelerate_multi_gpu():
 
 def test_d6_deepspeed_with_hostfile_and_config():
     new, notes = rewrite("python train.py", "deepspeed-launcher", {"nnodes": 2, "nproc": 8, "ds_config": "ds.json"})
-    assert _words(new) == ["deepspeed", "--hostfile=hostfile", "--num_gpus=8", "train.py", "--deepspeed", "ds.json"]
+    assert _words(new) == ["deepspeed", "--hostfile=hostfile", "--num_nodes=2", "--num_gpus=8", "train.py",
+                           "--deepspeed", "ds.json"]
     assert any("hostfile" in n for n in notes)
+
+
+def test_d6_keeps_the_nodes_the_launch_asked_for():
+    """QA23 A1: the rewrite once dropped --num_nodes 2 and added no hostfile, turning two nodes into one."""
+    new, notes = rewrite("deepspeed --num_nodes 2 --num_gpus 8 train.py --deepspeed ds.json", "deepspeed-launcher", {})
+    words = _words(new)
+    assert "--hostfile=hostfile" in words and "--num_nodes=2" in words and "--num_gpus=8" in words
+    assert any("`hostfile`" in n and "slots" in n for n in notes)
+    with pytest.raises(NotApplicable):  # with its hostfile, the launch is already what the fix would write
+        rewrite(shlex.join(words), "deepspeed-launcher", {})
 
 
 def test_d27_one_process_per_visible_gpu():
