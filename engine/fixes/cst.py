@@ -140,14 +140,33 @@ def is_rank0_test(test: cst.BaseExpression) -> bool:
         return any(is_rank0_test(p) for p in parts)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         target = test.comparisons[0]
-        if isinstance(target.operator, cst.Equal) and isinstance(target.comparator, cst.Integer) \
-                and target.comparator.value == "0":
-            left = test.left
-            if isinstance(left, cst.Call):
-                return last(call_name(left)) in ("get_rank", "get_local_rank", "get_global_rank")
-            return last(dotted(left)) in RANK_NAMES
+        zero = (isinstance(target.comparator, cst.Integer) and target.comparator.value == "0") or (
+            isinstance(target.comparator, cst.SimpleString) and target.comparator.evaluated_value == "0")
+        if isinstance(target.operator, cst.Equal) and zero:
+            return _is_rank_value(test.left)
+        # `args.local_rank in [-1, 0]`: rank 0, or a run without a launcher (-1), which is alone anyway
+        if isinstance(target.operator, cst.In) and isinstance(target.comparator, (cst.List, cst.Tuple, cst.Set)):
+            values = {code(e.value).replace(" ", "") for e in target.comparator.elements}
+            return "0" in values and values <= {"0", "-1"} and _is_rank_value(test.left)
     name = dotted(test)
     return bool(name) and last(name) in MAIN_FLAGS
+
+
+def _is_rank_value(node: cst.BaseExpression) -> bool:
+    """`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, `os.environ.get("LOCAL_RANK")`."""
+    if isinstance(node, cst.Call) and last(call_name(node)) == "int" and node.args:
+        node = node.args[0].value
+    if isinstance(node, cst.Subscript) and last(dotted(node.value)) == "environ" and len(node.slice) == 1:
+        key = node.slice[0].slice
+        return isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString) and \
+            key.value.evaluated_value in ("RANK", "LOCAL_RANK")
+    if isinstance(node, cst.Call):
+        name = call_name(node)
+        if last(name) == "get" and dotted(node.func).endswith("environ.get") and node.args:
+            key = node.args[0].value
+            return isinstance(key, cst.SimpleString) and key.evaluated_value in ("RANK", "LOCAL_RANK")
+        return last(name) in ("get_rank", "get_local_rank", "get_global_rank")
+    return last(dotted(node)) in RANK_NAMES
 
 
 def dist_alias(module: cst.Module) -> str:

@@ -120,6 +120,13 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
 
     module = h.rewrite_bodies(module, rewrite)
     if not moved:
+        other = next((i for i in h.m.findall(module, h.m.If()) if _non_main_test(i.test)
+                      and _outer_collectives(i.body, helpers)), None)
+        if other is not None:  # rank 0 skips it: the same hang, but a barrier there is often half of a pair
+            call = h.code(_outer_collectives(other.body, helpers)[0]).split("(")[0]
+            raise NotApplicable(f"{path}: {call} runs only under `if {h.code(other.test)}:`, which rank 0 skips; "
+                                "move it out of that `if` by hand, unless rank 0 meets its own matching barrier "
+                                "later (the download-on-rank-0-first pattern)")
         raise NotApplicable(f"{path}: no collective (or helper that issues one) inside a rank-0 branch")
     via = sorted(set(moved) & helpers)
     if via:
