@@ -2,6 +2,8 @@
 a model sharded over that many ranks, or a rank's shard loaded into the whole model (D15)."""
 from __future__ import annotations
 
+import math
+
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 
@@ -39,6 +41,7 @@ def sharded_full_mismatch(text: str, file: str) -> tuple[float, tuple[Evidence, 
     or more parameters agree on it, 0.6 for a single one; None when any mismatch has another shape (a different
     architecture) or only heads and embeddings mismatch (a class count or vocabulary change)."""
     found: list[tuple[int, str, int]] = []
+    flat: list[tuple[int, str, int]] = []
     for n, line in enumerate(text.splitlines(), start=1):
         if "size mismatch for" not in line:
             continue
@@ -46,12 +49,27 @@ def sharded_full_mismatch(text: str, file: str) -> tuple[float, tuple[Evidence, 
         if m is None:
             return None
         ckpt, model = _dims(m.group("ckpt")), _dims(m.group("model"))
+        if ckpt == (0,):
+            continue  # an empty placeholder: a parameter this rank's shard did not hold (or ZeRO-3's), says no more
+        if len(ckpt) == 1 and len(model) > 1:
+            whole = math.prod(model)
+            if not 0 < ckpt[0] < whole or whole / ckpt[0] > MAX_WAYS:
+                return None
+            flat.append((n, m.group("key"), round(whole / ckpt[0])))
+            continue
         if not ckpt or len(ckpt) != len(model) or ckpt[1:] != model[1:]:
             return None
         k = _ways(max(ckpt[0], model[0]), min(ckpt[0], model[0]))
         if k is None:
             return None
         found.append((n, m.group("key"), k))
+    if flat and not found:
+        # FSDP's FlatParameter: one rank's flattened slice of several parameters, saved as a 1-D tensor where the
+        # model has a matrix (a sharded state dict saved as if it were the full one)
+        n, key, k = flat[0]
+        why = Evidence(file, n, f"{key}: the checkpoint holds a flat 1-D tensor of about 1/{k} of the model's "
+                                f"parameter: one rank's flattened FSDP shard saved as the whole model", "because")
+        return 0.7, (Evidence(file, n, text.splitlines()[n - 1], "rule:sharded-vs-full-load"), why)
     if not found or len({k for _, _, k in found}) != 1:
         return None
     keys = {key for _, key, _ in found}

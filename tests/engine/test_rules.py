@@ -654,6 +654,18 @@ def test_load_shapes_split_along_dim_0_name_d15_and_other_shapes_do_not():
     assert sharded_full_mismatch(msg("fc.weight", "4, 512", "2, 512"), "x") is None  # a head: class count
     assert sharded_full_mismatch(msg("conv.weight", "16, 64, 1, 1", "16, 16, 3, 3"), "x") is None
     assert sharded_full_mismatch(two + "\n" + msg("layers.1.wq.weight", "4096, 4096", "2048, 4096"), "x") is None
+    # an empty placeholder beside a halved norm: the parameter rank 0's shard did not hold, then its half of the norm
+    half = "\n".join([msg("model.embed_tokens.weight", "0", "46336, 5120"), msg("model.norm.weight", "2560", "5120")])
+    assert sharded_full_mismatch(half, "x")[0] == 0.6
+    # FSDP's FlatParameter: one rank's flattened slice saved where the model has a matrix
+    flat = "\n".join([msg("model.embed_tokens.weight", "131344896", "128266, 4096"),
+                       msg("model.norm.weight", "0", "4096")])
+    score, (line, why) = sharded_full_mismatch(flat, "x")
+    assert score == 0.7 and line.line == 1 and "flattened FSDP shard" in why.text
+    # empty placeholders alone (ZeRO-3 saves them too) say nothing about FSDP
+    assert sharded_full_mismatch(msg("model.embed_tokens.weight", "0", "32002, 4096"), "x") is None
+    # a 1-D tensor larger than the whole parameter is no shard of it
+    assert sharded_full_mismatch(msg("proj.weight", "99999", "10, 10"), "x") is None
 
 
 def test_frameless_oom_under_zero_is_d16_only_before_training_and_without_a_traceback():
