@@ -6,9 +6,16 @@ import libcst as cst
 from gpudoctor.engine.fixes import cst as h
 from gpudoctor.engine.fixes.errors import NotApplicable
 
-# what already splits the data between ranks (as the lint's P3 check reads it): the script needs no sampler then
-SHARDING = ("DistributedSampler", "split_dataset_by_node", "ElasticSampler", "DistributedBatchSampler",
-            "prepare_data_loader", "setup_dataloaders", "num_replicas", "batch_sampler")
+# what already splits the data between ranks for the whole script (as the lint's P3 check reads it)
+SHARDING = ("split_dataset_by_node", "prepare_data_loader", "setup_dataloaders")
+# a sampler built somewhere: the loaders without one are then left alone unless they shuffle (training loaders)
+SAMPLERS = ("DistributedSampler", "ElasticSampler", "DistributedBatchSampler", "num_replicas", "batch_sampler",
+            "sampler=")
+
+
+def _code_only(text: str) -> str:
+    """The script without its import lines: a name only imported (left-over boilerplate) splits nothing."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("import ", "from ")))
 
 
 def _dataset_arg(call: cst.Call) -> cst.Arg | None:
@@ -31,8 +38,10 @@ def distributed_sampler(text: str, path: str, facts: dict) -> tuple[str, list[st
     and `DataLoader(ds, sampler=sampler, ...)`: each rank reads its own 1/N of the data, in the order it read before
     (DataLoader's shuffle moves to the sampler, which rejects both). Loaders in a rank-0 branch are left alone."""
     h.require_ddp(text, path)
-    if any(word in text for word in SHARDING):
-        raise NotApplicable(f"{path}: the data is already split between ranks ({', '.join(w for w in SHARDING if w in text)})")
+    code = _code_only(text)
+    if any(word in code for word in SHARDING):
+        raise NotApplicable(f"{path}: the data is already split between ranks ({', '.join(w for w in SHARDING if w in code)})")
+    sampled = any(word in code for word in SAMPLERS)
     module = h.parse(text, path)
     taken = h.variable_names(module)
     made: list[str] = []
@@ -49,6 +58,9 @@ def distributed_sampler(text: str, path: str, facts: dict) -> tuple[str, list[st
                 out.append(s)
                 continue
             shuffle = h.kwarg(call, "shuffle")
+            if sampled and (shuffle is None or h.code(shuffle.value) in ("False", "None")):
+                out.append(s)  # beside a loader with its own sampler, an unshuffled one is an evaluation loader
+                continue
             name = _sampler_name(small.targets[0].target.value, taken)
             taken.add(name)
             made.append(name)
@@ -66,7 +78,8 @@ def distributed_sampler(text: str, path: str, facts: dict) -> tuple[str, list[st
 
     module = h.rewrite_bodies(module, rewrite)
     if not made:
-        raise NotApplicable(f"{path}: no `loader = DataLoader(dataset, ...)` without a sampler outside a rank-0 branch")
+        raise NotApplicable(f"{path}: no `loader = DataLoader(dataset, ...)` without a sampler outside a rank-0 branch"
+                            + (" (beside a sampler, only a shuffling loader is changed)" if sampled else ""))
     module = h.add_import(module, "from torch.utils.data.distributed import DistributedSampler", "DistributedSampler")
     code = module.code
     notes = [f"each rank now reads 1/N of the data ({', '.join(made)}): an epoch has N times fewer steps per rank"]

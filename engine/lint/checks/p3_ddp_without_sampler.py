@@ -6,9 +6,12 @@ import ast
 
 from gpudoctor.engine.lint.model import Check, Hit
 
-SHARDING_NAMES = ("DistributedSampler", "split_dataset_by_node", "shard", "num_replicas", "ElasticSampler",
-                  "DistributedBatchSampler", "prepare", "prepare_data_loader", "setup_dataloaders", "IterableDataset",
-                  "sampler", "batch_sampler", "Subset", "num_shards", "shard_id")
+# what splits the data of the whole script another way than a sampler per loader
+SHARDING_NAMES = ("split_dataset_by_node", "shard", "prepare", "prepare_data_loader", "setup_dataloaders",
+                  "IterableDataset", "Subset", "num_shards", "shard_id")
+# a sampler the script builds: the loaders without one are then most likely the evaluation loaders
+SAMPLER_NAMES = ("DistributedSampler", "ElasticSampler", "DistributedBatchSampler", "num_replicas")
+SAMPLER_ARG = 3  # DataLoader(dataset, batch_size, shuffle, sampler, ...)
 
 
 class DDPWithoutSampler(Check):
@@ -31,15 +34,28 @@ class DDPWithoutSampler(Check):
             return
         if script.uses(*SHARDING_NAMES):
             return
-        for site in script.calls:
-            if site.attr != "DataLoader" or site.gate is not None:
+        loaders = [site for site in script.calls if site.attr == "DataLoader" and site.gate is None]
+        sampled = script.uses(*SAMPLER_NAMES) or any(_has_sampler(site.node) for site in loaders)
+        for site in loaders:
+            if _has_sampler(site.node):
                 continue
-            if any(k.arg in ("sampler", "batch_sampler") for k in site.node.keywords):
-                continue
+            if sampled and not _shuffles(site.node):
+                continue  # beside a loader with its own sampler, an unshuffled one is an evaluation loader
             yield Hit(site.line, site.node.col_offset,
                       "this DataLoader in a DDP script has no DistributedSampler: every rank reads the same "
                       "batches, so N GPUs train on one GPU's worth of data; pass "
                       "sampler=DistributedSampler(dataset)")
+
+
+def _has_sampler(call: ast.Call) -> bool:
+    return len(call.args) > SAMPLER_ARG or any(k.arg in ("sampler", "batch_sampler") for k in call.keywords)
+
+
+def _shuffles(call: ast.Call) -> bool:
+    """shuffle=True (or any value that is not a plain False/None): a training loader."""
+    value = next((k.value for k in call.keywords if k.arg == "shuffle"),
+                 call.args[2] if len(call.args) > 2 else None)
+    return value is not None and not (isinstance(value, ast.Constant) and value.value in (False, None))
 
 
 # what a stream split by rank (or over several shards) mentions somewhere in its class
