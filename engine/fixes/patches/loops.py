@@ -63,6 +63,44 @@ def _epoch_loop(s) -> bool:
             and bool(h.m.findall(s.body, h.m.For())))
 
 
+_COUNTERS = ("range", "trange", "count")  # as lint's D22 check reads an epoch loop
+_WRAPPERS = ("tqdm", "enumerate")
+
+
+def _pass_loop(s) -> bool:
+    """An epoch loop as lint's D22 check reads it: a `for` counting with range/trange/count (also inside tqdm or
+    enumerate) or named for epochs, or a `while`, around an inner `for` over the batches."""
+    if not isinstance(s, (cst.For, cst.While)) or not h.m.findall(s.body, h.m.For()):
+        return False
+    if isinstance(s, cst.While):
+        return True
+    if "epoch" in (h.code(s.target) + " " + h.code(s.iter)).lower():
+        return True
+    call = s.iter
+    while isinstance(call, cst.Call) and h.last(h.call_name(call)) in _WRAPPERS and call.args:
+        call = call.args[0].value
+    return isinstance(call, cst.Call) and h.last(h.call_name(call)) in _COUNTERS
+
+
+def _epoch_name(s, taken: set[str]) -> tuple[object, str | None, list]:
+    """(the loop, rewritten where needed, the name of its epoch number, statements to put before it)."""
+    if isinstance(s, cst.While):  # a pass over the loader per turn: count the turns
+        name = "epoch" if "epoch" not in taken else "sampler_epoch"
+        return s, name, [h.stmt(f"{name} = 0")]
+    target = s.target
+    if isinstance(target, cst.Name):
+        if target.value == "_":
+            if "epoch" in taken:
+                return s, None, []
+            return s.with_changes(target=cst.Name("epoch")), "epoch", []
+        return s, target.value, []
+    if isinstance(target, cst.Tuple):  # for i, epoch in enumerate(range(n))
+        names = [h.code(e.value) for e in target.elements]
+        pick = next((n for n in names if "epoch" in n), names[-1] if names else None)
+        return s, pick, []
+    return s, None, []
+
+
 def sampler_set_epoch(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     module = h.parse(text, path)
     if ".set_epoch(" in text:
@@ -70,17 +108,17 @@ def sampler_set_epoch(text: str, path: str, facts: dict) -> tuple[str, list[str]
     if "DistributedSampler" not in text:
         raise NotApplicable(f"{path}: uses no DistributedSampler (see P3 for giving each rank its own shard)")
     samplers = _sampler_names(module)
+    taken = h.variable_names(module)
     done = []
 
     def rewrite(stmts, block):
         out = []
         for s in stmts:
-            if _epoch_loop(s) and not done:
-                target = s.target
-                if h.code(target) == "_":
-                    target = cst.Name("epoch")
-                    s = s.with_changes(target=target)
-                epoch = h.code(target)
+            if _pass_loop(s) and not done:
+                s, epoch, before = _epoch_name(s, taken)
+                if epoch is None:
+                    out.append(s)
+                    continue
                 local = [n for n, scope in samplers.items() if scope is None or scope is block.scope]
                 if local:
                     sampler = local[0]
@@ -90,15 +128,20 @@ def sampler_set_epoch(text: str, path: str, facts: dict) -> tuple[str, list[str]
                         out.append(s)
                         continue
                     sampler = f"{loader}.sampler"
-                call = h.stmt(f"{sampler}.set_epoch({epoch})")
-                s = s.with_changes(body=s.body.with_changes(body=[call, *s.body.body]))
+                calls = [h.stmt(f"{sampler}.set_epoch({epoch})")]
+                if before:  # a while loop: the count moves on with each pass
+                    calls.append(h.stmt(f"{epoch} += 1"))
+                    out += [b.with_changes(leading_lines=s.leading_lines) for b in before]
+                    s = s.with_changes(leading_lines=())
+                s = s.with_changes(body=s.body.with_changes(body=[*calls, *s.body.body]))
                 done.append(sampler)
             out.append(s)
         return out
 
     module = h.rewrite_bodies(module, rewrite)
     if not done:
-        raise NotApplicable(f"{path}: no epoch loop (`for epoch in range(...)` around a loop over the loader) found")
+        raise NotApplicable(f"{path}: no epoch loop (`for epoch in range(...)`, or a `while` around a loop over the "
+                            "loader) found")
     return module.code, [f"{done[0]}.set_epoch(epoch) reseeds the shuffle so every epoch sees a new order"]
 
 

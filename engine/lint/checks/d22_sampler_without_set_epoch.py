@@ -32,13 +32,27 @@ class SamplerWithoutSetEpoch(Check):
                       "start of each epoch")
 
 
+COUNTERS = ("range", "trange", "count")  # what an epoch loop counts with, also inside tqdm(...) or enumerate(...)
+WRAPPERS = ("tqdm", "enumerate")
+
+
 def _epoch_loop(node) -> bool:
-    """`for epoch in range(...)`, `for _ in range(epochs)`, `while epoch < n`: this file runs the epochs itself."""
-    if isinstance(node, (ast.For, ast.AsyncFor)):
-        text = ast.unparse(node.target) + " " + ast.unparse(node.iter)
-    else:
-        text = ast.unparse(node.test)
-    return "epoch" in text.lower()
+    """This file runs the epochs itself: `for epoch in range(...)` (also `tqdm(range(n))`, `itertools.count()`, or a
+    loop over anything named for epochs), or a loop of either kind around an inner `for` over the batches (`while
+    step < max_steps:`). fixes/patches/loops.py patches the same loops."""
+    inner = any(isinstance(n, (ast.For, ast.AsyncFor)) for child in node.body for n in ast.walk(child))
+    if isinstance(node, ast.While):
+        return inner or "epoch" in ast.unparse(node.test).lower()
+    if "epoch" in (ast.unparse(node.target) + " " + ast.unparse(node.iter)).lower():
+        return True
+    call = node.iter
+    while isinstance(call, ast.Call) and _name(call.func) in WRAPPERS and call.args:
+        call = call.args[0]
+    return inner and isinstance(call, ast.Call) and _name(call.func) in COUNTERS
+
+
+def _name(func: ast.AST) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def _evaluation_only(script, site) -> bool:
