@@ -227,7 +227,8 @@ def _under_launcher(options: Mapping, env: Mapping[str, str], job: hostinfo.Job)
     if job.rank != 0:
         mine = out["self"]
         if mine.get("error"):
-            return confirmed(f"rank {job.rank}: {mine['error']}", figures={"self": mine}, entries=("MN2",))
+            return confirmed(f"rank {job.rank}: {mine['error']}", figures={"self": mine},
+                             entries=("MN2",) if job.multi_node else ())
         return ruled_out(f"rank {job.rank} took part; rank 0 reports for the group", figures={"self": mine})
     link, why_no_link = linkspeed.expected_link(options, env, backend, job.multi_node, job.master_addr)
     oversubscribed = not gpu and job.local_world_size > (os.cpu_count() or 1)

@@ -89,10 +89,14 @@ def analyse(gathered: list[dict | None], world: int, backend: str, deaths: dict[
     for rank, stats in enumerate(gathered):
         if not stats:
             how = deaths.get(rank)
-            problems.append(("D20", f"rank {rank} never reported" + (f" (it died: {how})" if how else "")
-                             + "; its peers block in the next collective until the timeout"))
+            if how:  # it started and died: the others wait for it, D20's hang
+                problems.append(("D20", f"rank {rank} never reported (it died: {how}); its peers block in the next "
+                                        "collective until the timeout"))
+            else:  # nothing says it failed: it never joined
+                problems.append(("MN2" if multi_node else "", f"rank {rank} never joined: not started, or it cannot "
+                                 "reach MASTER_ADDR:MASTER_PORT (another port, a firewall, a wrong address)"))
     for stats in present:
-        problems += _rank_problems(stats, world)
+        problems += _rank_problems(stats, world, multi_node)
     if rows and link and rows[-1]["bytes"] >= linkspeed.BANDWIDTH_REGIME_BYTES:
         healthy, text = linkspeed.verdict(rows[-1]["busbw_gbs"], link)
         evidence.append(f"link: {text}")
@@ -129,11 +133,11 @@ def analyse(gathered: list[dict | None], world: int, backend: str, deaths: dict[
     return ruled_out(summary, evidence, figures, ("MN2", "MN4") if multi_node else ())
 
 
-def _rank_problems(stats: dict, world: int) -> list[tuple[str, str]]:
+def _rank_problems(stats: dict, world: int, multi_node: bool = True) -> list[tuple[str, str]]:
     problems = []
     rank, error = stats.get("rank"), stats.get("error")
-    if error and stats.get("stage") == "init":
-        problems.append(("MN2", f"rank {rank}: the process group did not form: {error}"))
+    if error and stats.get("stage") == "init":  # on one host no interface is chosen: a rank that never came
+        problems.append(("MN2" if multi_node else "", f"rank {rank}: the process group did not form: {error}"))
     elif error and "failed_at" in stats:
         passed = [size for size, _ in stats.get("sweep", [])]
         if passed:

@@ -126,3 +126,14 @@ def test_pick_backend_refuses_nccl_it_cannot_give(gpus, nccl, ranks_here, words)
 
     backend, why = pick_backend("nccl", gpus, nccl, ranks_here)
     assert backend == "" and words in why
+
+
+@pytest.mark.parametrize("multi_node, entries", [(False, ()), (True, ("MN2",))])
+def test_a_rank_that_never_joined_is_no_crash_and_on_one_host_no_nic(multi_node, entries):
+    """QA23 B2: rank 1 was never started; rank 0's group never formed. Nothing died (no D20) and on one host no
+    interface was chosen (no MN2): the report says the rank never joined."""
+    gathered = [stats(0, [], error="init: DistStoreError: wait timeout after 30000ms, keys: /rank1", stage="init"),
+                None]
+    result = sweep.analyse(gathered, 2, "gloo", {}, None, "", False, multi_node=multi_node)
+    assert result.status is Status.CONFIRMED and result.entries == entries
+    assert "rank 1 never joined" in result.summary and "MASTER_ADDR:MASTER_PORT" in result.summary
