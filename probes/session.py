@@ -9,6 +9,7 @@ from gpudoctor.probes import hostinfo, runner
 from gpudoctor.probes.base import Probe, Result, skipped
 
 REPORT_TIMEOUT_S = 60.0  # how long rank 0 waits for the other ranks' reports after its own probes finish
+MIN_REPORT_WAIT_S = 5.0  # the least it waits when --timeout asks for less
 ELSEWHERE = "runs on another rank of this job"
 
 
@@ -27,6 +28,7 @@ def run(probes: list[Probe], options: Mapping, parallel: int = 4, timeout_s: flo
     job = hostinfo.job_from_env(env) if options.get("env") is None else None
     if job is None:
         return Report(runner.run_probes(probes, options, parallel, timeout_s, on_done))
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's store warnings would land inside the report
     from gpudoctor.probes import ranks
 
     try:
@@ -46,22 +48,36 @@ def run(probes: list[Probe], options: Mapping, parallel: int = 4, timeout_s: flo
     ran = {r.probe: r for r in done}
     results = [ran.get(p.id) or skipped(ELSEWHERE).with_run(p.id, 0.0) for p in probes]
     report = Report(results, job, prints=job.rank == 0)
-    _exchange(report, job, prefix)
+    _exchange(report, job, prefix, report_wait(timeout_s))
     return report
 
 
-def _exchange(report: Report, job: hostinfo.Job, prefix: str) -> None:
+def report_wait(timeout_s: float | None) -> float:
+    """How long rank 0 waits for the other ranks' reports: --timeout bounds it too."""
+    return REPORT_TIMEOUT_S if timeout_s is None else max(MIN_REPORT_WAIT_S, min(REPORT_TIMEOUT_S, timeout_s))
+
+
+def job_notice(job: hostinfo.Job | None, timeout_s: float | None) -> str | None:
+    """What rank 0 says before it starts, when the environment makes this run one rank of a job."""
+    if job is None or job.rank != 0 or job.world_size < 2:
+        return None
+    others = "rank 1" if job.world_size == 2 else f"ranks 1-{job.world_size - 1}"
+    return (f"RANK=0 of WORLD_SIZE={job.world_size} in the environment: these probes run as rank 0 of a job; "
+            f"{others} must run them too (waiting up to {report_wait(timeout_s):.0f} s for their reports)")
+
+
+def _exchange(report: Report, job: hostinfo.Job, prefix: str, wait_s: float = REPORT_TIMEOUT_S) -> None:
     """Every rank posts its results; rank 0 reads them all and keeps the node probes whose verdict differs."""
     from gpudoctor.probes import ranks
 
     try:
-        store = ranks.connect_job_store(job, f"{prefix}/report", REPORT_TIMEOUT_S)
+        store = ranks.connect_job_store(job, f"{prefix}/report", wait_s)
         ranks.post_json(store, str(job.rank), {"host": hostinfo.hostname(), "local_rank": job.local_rank,
                                               "results": [r.to_dict() for r in report.results]})
         if job.rank != 0:
             return
         keys = [str(r) for r in range(1, job.world_size)]
-        found, missing = ranks.collect_json(store, keys, REPORT_TIMEOUT_S)
+        found, missing = ranks.collect_json(store, keys, wait_s)
     except Exception as exc:  # rank 0 still prints its own view
         report.missing_ranks = list(range(1, job.world_size)) if job.rank == 0 else []
         report.results.append(skipped(f"could not gather the other ranks' reports: {type(exc).__name__}")

@@ -35,6 +35,9 @@ def run(args, out) -> int:
         raise UserError(f"--skip {', '.join(unknown)}: known probes are {', '.join(registry.ids())}")
     probes = [p for p in registry.PROBES if p.id not in {s.lower() for s in args.skip}]
     options = probe_options(args)
+    notice = session.job_notice(hostinfo.job_from_env(os.environ), args.timeout)
+    if notice and options.get("env") is None:
+        args.err.write(notice + "\n")
     progress = Progress(args.err, len(probes))
     start = time.monotonic()
     try:
@@ -49,7 +52,7 @@ def run(args, out) -> int:
     multi_node = bool(args.multinode or args.peer or (job and job.multi_node))
     steps = checklist.first_moves({r.probe: r for r in results}, os.environ, multi_node)
     failed = (any(r.problem for r in results) or any(r.problem for _, r in outcome.node_rows)
-              or any(s.failed for s in steps))
+              or any(s.failed for s in steps) or bool(outcome.missing_ranks))
     code = EXIT_NOTHING if failed else EXIT_OK
     if args.json:
         data = {"results": [r.to_dict() for r in results], "checklist": [s.to_dict() for s in steps],
@@ -57,6 +60,7 @@ def run(args, out) -> int:
         if outcome.job is not None:
             data["world_size"] = outcome.job.world_size
             data["nodes_differing"] = [{"host": h, **r.to_dict()} for h, r in outcome.node_rows]
+            data["missing_ranks"] = outcome.missing_ranks
         out.write(json.dumps(data, indent=2, default=str))
         return code
     out.write(out.style(f"probes ({report.counts(results)}; {elapsed:.1f} s)", "heading"))
@@ -64,6 +68,9 @@ def run(args, out) -> int:
         out.write(report.result_row(out, result))
     for host, result in outcome.node_rows:
         out.write(report.result_row(out, result, f"{result.probe}@{host}"[: report.ID_WIDTH]))
+    if outcome.missing_ranks:
+        out.write(out.style(f"ranks {outcome.missing_ranks} sent no report (not started, or they could not reach "
+                            "rank 0's store)", "fail"))
     title = "multi-node first-move checklist" + ("" if multi_node else " (single node: --multinode to judge it)")
     out.write(out.style(title, "heading"))
     for step in steps:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from gpudoctor.errors import EXIT_NOTHING, EXIT_OK, UserError
@@ -180,12 +181,15 @@ class Progress:
 
 
 def run(args, out) -> int:
-    from gpudoctor.probes import registry, report, session
+    from gpudoctor.probes import hostinfo, registry, report, session
 
     if args.list:
         return _list(out, registry, args.json, args.kb)
     probes = select(args)
     options = probe_options(args)
+    notice = session.job_notice(hostinfo.job_from_env(os.environ), args.timeout)
+    if notice and options.get("env") is None:
+        args.err.write(notice + "\n")
     progress = Progress(args.err, len(probes))
     try:
         outcome = session.run(probes, options, timeout_s=args.timeout, on_done=progress)
@@ -194,7 +198,8 @@ def run(args, out) -> int:
     if not outcome.prints:
         return EXIT_OK
     results = outcome.results
-    failed = any(r.problem for r in results) or any(r.problem for _, r in outcome.node_rows)
+    failed = (any(r.problem for r in results) or any(r.problem for _, r in outcome.node_rows)
+              or bool(outcome.missing_ranks))
     code = EXIT_NOTHING if failed else EXIT_OK
     if args.json:
         out.write(json.dumps(json_report(outcome, code), indent=2, default=str))
@@ -207,7 +212,8 @@ def run(args, out) -> int:
     for host, result in outcome.node_rows:
         out.write(report.result_row(out, result, f"{result.probe}@{host}"[: report.ID_WIDTH]))
     if outcome.missing_ranks:
-        out.write(out.style(f"ranks {outcome.missing_ranks} sent no report", "fail"))
+        out.write(out.style(f"ranks {outcome.missing_ranks} sent no report (not started, or they could not reach "
+                            "rank 0's store)", "fail"))
     return code
 
 
