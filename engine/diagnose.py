@@ -148,6 +148,14 @@ def diagnose(
 
         flight_report = analyze(dumps)
     ranks, verdict, signals = analysis.finish(flight_report)
+    if dumps_text:  # a stack dump's last line is `<module>`: show where the user's code stopped, and in what
+        from gpudoctor.engine.hangs import stopped_at
+
+        where = stopped_at(dumps_text)
+        for r in ranks:
+            if r.rank in where and r.first_error is None:
+                r.last_line, place = where[r.rank]
+                r.blocked_in = r.blocked_in or place
     if flight_report is not None:
         _flight_signals(flight_report, [s.name for s in sources if s.flight], signals, verdict, ranks)
     entries = {e.id: e for e in catalog}

@@ -70,3 +70,29 @@ def hang_rules(dumps: dict) -> list[Verdict]:
                     for k, g in sorted(groups.items(), key=lambda kv: len(kv[1])) if k is not None]
         return [Verdict("D19", rule, tuple(evidence[:4]), score=0.8)]
     return []
+
+
+# py-spy prints a package's frames relative to its site-packages: "torch/autograd/graph.py"
+_LIBRARIES = {"torch", "deepspeed", "accelerate", "transformers", "lightning", "pytorch_lightning", "horovod", "apex",
+              "threading.py", "runpy.py", "multiprocessing", "concurrent", "importlib", "site-packages", "dist-packages"}
+
+
+def _library(frame) -> bool:
+    return frame.file.replace("\\", "/").lstrip("./").split("/", 1)[0] in _LIBRARIES
+
+
+def stopped_at(dumps: dict) -> dict[int, tuple[Evidence, str | None]]:
+    """rank -> (the innermost frame of the user's own code in its dump, as a line of the dump; the collective it waits
+    in): what the ranks table shows for a stack dump, instead of the dump's last line (`<module>`)."""
+    out: dict[int, tuple[Evidence, str | None]] = {}
+    for name, (text, hint) in dumps.items():
+        for stack in parse_stacks(text, name, hint):
+            if stack.rank is None or stack.rank in out:
+                continue
+            at = next((k for k, f in enumerate(stack.frames) if _user(f) and not _library(f)), None)
+            if at is None:
+                continue
+            frame = stack.frames[at]
+            where = f"{frame.function} ({frame.file.replace(chr(92), '/').rsplit('/', 1)[-1]}:{frame.line})"
+            out[stack.rank] = (Evidence(name, stack.line + 1 + at, where, "last-line"), collective_of(stack.frames))
+    return out

@@ -117,10 +117,19 @@ COLLECTIVES = {
 }
 
 
+# autograd's entry into the C++ engine: under DDP a rank stopped here waits for the gradient all-reduce the reducer
+# launches from its hooks (py-spy shows no native frames, so the wait looks like backward itself)
+BACKWARD = {"_engine_run_backward", "run_backward"}
+GRADIENT_ALL_REDUCE = "backward (DDP's gradient all_reduce)"
+
+
 def collective_of(frames) -> str | None:
-    """The collective an innermost-first stack is waiting in (torch.distributed or deepspeed.comm)."""
+    """The collective an innermost-first stack is waiting in (torch.distributed or deepspeed.comm), or autograd's
+    backward, where a DDP rank waits for the gradient all-reduce."""
     for f in frames:
         path = f.file.replace("\\", "/")
         if f.function in COLLECTIVES and ("distributed" in path or "deepspeed/comm" in path or "/comm/" in path):
             return f.function
+        if f.function in BACKWARD and "autograd" in path:
+            return GRADIENT_ALL_REDUCE
     return None
