@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from gpudoctor.probes import hostinfo, runner
-from gpudoctor.probes.base import Probe, Result, skipped
+from gpudoctor.probes.base import Probe, Result, confirmed, skipped
 
 REPORT_TIMEOUT_S = 60.0  # how long rank 0 waits for the other ranks' reports after its own probes finish
 MIN_REPORT_WAIT_S = 5.0  # the least it waits when --timeout asks for less
@@ -28,7 +28,8 @@ def run(probes: list[Probe], options: Mapping, parallel: int = 4, timeout_s: flo
     job = hostinfo.job_from_env(env) if options.get("env") is None else None
     if job is None:
         return Report(runner.run_probes(probes, options, parallel, timeout_s, on_done))
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # c10d's store warnings would land inside the report
+    # c10d's store warnings, errors and C++ traces would land inside the report; the probes report failures themselves
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     from gpudoctor.probes import ranks
 
     try:
@@ -79,7 +80,17 @@ def _exchange(report: Report, job: hostinfo.Job, prefix: str, wait_s: float = RE
         keys = [str(r) for r in range(1, job.world_size)]
         found, missing = ranks.collect_json(store, keys, wait_s)
     except Exception as exc:  # rank 0 still prints its own view
-        report.missing_ranks = list(range(1, job.world_size)) if job.rank == 0 else []
+        if job.rank != 0:  # nobody will print this rank's results: it speaks for itself, and says why
+            report.prints = True
+            why = _unreachable(job.master_addr)
+            report.results.append(confirmed(
+                f"rank {job.rank} cannot reach {job.master_addr}:{job.master_port}: "
+                + ("the name does not resolve" if why else "no answer"),
+                (f"this rank's report for rank 0 could not be delivered: {why or f'{type(exc).__name__}: {exc}'}",
+                 "MASTER_ADDR and MASTER_PORT must name rank 0's host and a port it listens on, the same on "
+                 "every node"), entries=("D2",)).with_run("report", 0.0))
+            return
+        report.missing_ranks = list(range(1, job.world_size))
         report.results.append(skipped(f"could not gather the other ranks' reports: {type(exc).__name__}")
                               .with_run("gather", 0.0))
         return
@@ -92,3 +103,14 @@ def _exchange(report: Report, job: hostinfo.Job, prefix: str, wait_s: float = RE
             own = mine.get(result.probe)
             if own is not None and result.status != own.status and result.summary != ELSEWHERE:
                 report.node_rows.append((data.get("host", f"rank {key}"), result))
+
+
+def _unreachable(host: str) -> str | None:
+    """Why a host name cannot be used, when it does not resolve."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError) as exc:
+        return f"{host}: {exc.strerror or exc}" if isinstance(exc, OSError) else f"{host}: {exc}"
+    return None

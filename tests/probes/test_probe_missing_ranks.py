@@ -50,3 +50,18 @@ def test_a_missing_rank_is_named_within_the_timeout(tmp_path, command):
     assert "ranks [1] sent no report" in done.stdout
     assert "WORLD_SIZE=2 in the environment" in done.stderr and "rank 1 must run them too" in done.stderr
     assert "[c10d]" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_rank_that_cannot_reach_rank_0_speaks_for_itself(tmp_path):
+    """QA23 B4: a non-zero rank whose MASTER_ADDR does not resolve printed nothing, exited 0 after 102 s and left
+    52 lines of C++ traces; it now prints its own rows, says why, and fails."""
+    env = dict(os.environ, RANK="1", LOCAL_RANK="1", WORLD_SIZE="2", MASTER_ADDR="no-such-host.invalid",
+               MASTER_PORT=str(_free_port()), NO_COLOR="1")
+    env.pop("TORCH_CPP_LOG_LEVEL", None)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "gpudoctor", "probe", "env", "--timeout", "3"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - start < 40
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "rank 1 cannot reach no-such-host.invalid" in done.stdout and "confirms D2" in done.stdout
+    assert "[c10d]" not in done.stderr and "frame #" not in done.stderr, done.stderr
