@@ -19,7 +19,9 @@ def probe(options: Mapping) -> Result:
     try:
         port = int(raw)
     except ValueError:
-        return confirmed(f"MASTER_PORT={raw!r} is not a port number", entries=("D1",))
+        port = 0
+    if not 0 < port < 65536:  # a typo in the launch script: every rank fails to bind or connect (no entry names it)
+        return confirmed(f"MASTER_PORT={raw!r} is not a port number (1-65535)")
     source = "--port" if options.get("port") else ("MASTER_PORT" if env.get("MASTER_PORT") else "the default")
     figures = {"port": port}
     error = bind_error(port)

@@ -1,6 +1,8 @@
 """The port probe (D4) against a port this test holds, and against a free one."""
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import socket
@@ -34,9 +36,11 @@ def test_master_port_from_the_environment_is_what_gets_tested():
     assert f"port {free} (MASTER_PORT) is free" in result.summary
 
 
-def test_not_a_number():
-    result = port.probe({"env": {"MASTER_PORT": "29500x"}})
-    assert result.status is Status.CONFIRMED and "not a port number" in result.summary
+@pytest.mark.parametrize("value", ["29500x", "70000", "0", "-1"])
+def test_not_a_port_number_is_said_so_without_a_traceback_or_an_entry(value):
+    """QA23 B3: 70000 raised OverflowError inside bind(); 'abc' claimed D1, which is about variables never set."""
+    result = port.probe({"env": {"MASTER_PORT": value}})
+    assert result.status is Status.CONFIRMED and "not a port number" in result.summary and result.entries == ()
 
 
 def test_cli_json_for_d4(cli):
