@@ -1,11 +1,11 @@
 """The port probe (D4) against a port this test holds, and against a free one."""
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
 import socket
+
+import pytest
 
 from gpudoctor.probes import port, registry, runner
 from gpudoctor.probes.base import Status
