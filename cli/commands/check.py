@@ -55,7 +55,8 @@ def run(args, out) -> int:
               or any(s.failed for s in steps) or bool(outcome.missing_ranks))
     code = EXIT_NOTHING if failed else EXIT_OK
     if args.json:
-        data = {"results": [r.to_dict() for r in results], "checklist": [s.to_dict() for s in steps],
+        data = {"schema": "gpudoctor.check/1", "results": [r.to_dict() for r in results],
+                "checklist": [s.to_dict() for s in steps],
                 "multi_node": multi_node, "seconds": round(elapsed, 2), "exit_code": code}
         if outcome.job is not None:
             data["world_size"] = outcome.job.world_size

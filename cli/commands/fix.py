@@ -125,8 +125,17 @@ def run(args, out) -> int:
     if args.forget or args.undo:
         if args.id or args.apply or (args.forget and args.undo):
             raise UserError("--undo and --forget take no entry id, no --apply and not each other")
+        from gpudoctor.engine.fixes.errors import NothingRecorded
+
         try:
             res = forget_last() if args.forget else undo_last()
+        except NothingRecorded as exc:  # not a usage error: there is simply nothing to do (exit 1)
+            if args.json:
+                print_json(out, {"schema": "gpudoctor.fixforget/1" if args.forget else "gpudoctor.fixundo/1",
+                                 "restored": [], "journal": None, "message": str(exc)})
+            else:
+                args.err.write(f"gpudoctor: {exc}\n")
+            return EXIT_NOTHING
         except FixError as exc:
             raise UserError(str(exc)) from None
         if args.forget:

@@ -218,7 +218,7 @@ def run(args, out) -> int:
 
 
 def json_report(outcome, code: int) -> dict:
-    data = {"results": [r.to_dict() for r in outcome.results], "exit_code": code}
+    data = {"schema": "gpudoctor.probes/1", "results": [r.to_dict() for r in outcome.results], "exit_code": code}
     if outcome.job is not None:
         data["world_size"] = outcome.job.world_size
         data["nodes_differing"] = [{"host": h, **r.to_dict()} for h, r in outcome.node_rows]

@@ -61,9 +61,14 @@ def run(args, out) -> int:
     else:
         processes = stackdump.find_training_processes()
         if not processes:
-            err.write("gpudoctor: no training process on this machine: no Python process here has RANK, LOCAL_RANK "
-                      "or an MPI/SLURM rank in its environment (another user's processes need root); "
-                      "name them with --pid")
+            message = ("no training process on this machine: no Python process here has RANK, LOCAL_RANK or an "
+                       "MPI/SLURM rank in its environment (another user's processes need root); name them with --pid")
+            err.write(f"gpudoctor: {message}")
+            if args.json or args.format == "json":  # a script reading stdout gets JSON in every outcome
+                import json
+
+                out.write(json.dumps({"schema": "gpudoctor.diagnosis/2", "findings": [], "inputs": [],
+                                      "stacks": {"dumped": [], "failed": [], "message": message}}, indent=2))
             return EXIT_NOTHING
         _one_job(stackdump.jobs(processes))
     try:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudoctor.engine.fixes.errors import BrokenResultError, FixError, StaleFileError
+from gpudoctor.engine.fixes.errors import BrokenResultError, FixError, NothingRecorded, StaleFileError
 from gpudoctor.engine.fixes.model import FixPlan
 
 JOURNAL_FORMAT = 1
@@ -226,7 +226,7 @@ def _last_applied(state_dir, verb: str) -> tuple[Path, dict]:
             continue
         if manifest.get("status") == "applied":
             return journal, manifest
-    raise FixError(f"nothing to {verb}: no applied fix is recorded in " + str(state_dir_path(state_dir)))
+    raise NothingRecorded(f"nothing to {verb}: no applied fix is recorded in " + str(state_dir_path(state_dir)))
 
 
 def undo_last(state_dir=None) -> UndoResult:

@@ -21,3 +21,7 @@ class StaleFileError(FixError):
 
 class BrokenResultError(FixError):
     """The edited file would no longer parse; nothing was written."""
+
+
+class NothingRecorded(FixError):
+    """No applied fix is recorded: nothing to undo or forget (exit 1, not a usage error)."""

@@ -35,10 +35,13 @@ def read_script(path: str) -> str:
     text = read_text(path, "--script")
     if text is None:
         raise FixError(f"--script {path}: no such file")
+    if "\x00" in text:
+        raise FixError(f"--script {path}: not Python (it holds NUL bytes: a binary file or a log?)")
     try:
         ast.parse(text.removeprefix(BOM), filename=path)
-    except SyntaxError as exc:
-        raise FixError(f"--script {path}: not Python (line {exc.lineno}: {exc.msg})") from None
+    except (SyntaxError, ValueError) as exc:
+        where = f"line {exc.lineno}: " if getattr(exc, "lineno", None) else ""
+        raise FixError(f"--script {path}: not Python ({where}{getattr(exc, 'msg', None) or exc})") from None
     return text
 
 

@@ -42,7 +42,10 @@ def test_apply_then_apply_again_then_undo(cli, script):
     undo = cli("fix", "--undo")
     assert undo.code == 0 and str(script) in undo.out
     assert script.read_bytes() == D22.read_bytes()
-    assert cli("fix", "--undo").code == 2
+    nothing = cli("fix", "--undo")  # QA23 L1: nothing to undo is exit 1, as the exit-code table says, not usage
+    assert nothing.code == 1 and "nothing to undo" in nothing.err
+    empty = cli("fix", "--undo", "--json")
+    assert empty.code == 1 and json.loads(empty.out)["restored"] == []
 
 
 def test_unsafe_needs_the_flag(cli, tmp_path):
@@ -225,4 +228,4 @@ def test_a_fix_that_cannot_be_undone_is_forgotten_so_the_one_before_it_can_be(cl
     assert res.code == 2 and "gone.py: no longer exists" in res.err and "gpudoctor fix --forget" in res.err
     assert cli("fix", "--forget").code == 0
     assert cli("fix", "--undo").code == 0 and keep.read_bytes() == D22.read_bytes() and not gone.exists()
-    assert cli("fix", "--forget").code == 2  # nothing applied is left
+    assert cli("fix", "--forget").code == 1  # nothing applied is left: nothing to do, not a usage error

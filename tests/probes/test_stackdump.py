@@ -146,6 +146,9 @@ def test_no_rank_here_is_exit_1_with_what_was_looked_for(tmp_path, capsys, monke
     assert code == 1
     assert "no training process on this machine" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+    assert main(["stacks", "--json"]) == 1  # QA23 L1: a script reading stdout gets JSON in this outcome too
+    data = json.loads(capsys.readouterr().out)
+    assert data["findings"] == [] and "no training process" in data["stacks"]["message"]
 
 
 def test_without_py_spy_the_error_says_how_to_get_it(monkeypatch, capsys):
