@@ -132,6 +132,8 @@ def run(args, out) -> int:
     from gpudoctor.engine.diagnose import diagnose
     from gpudoctor.engine.sources import resolve, stdin_is_terminal
 
+    if args.json and args.format not in (None, "json"):
+        raise UserError(f"--json and --format {args.format} ask for two formats: give one")
     fmt = "json" if args.json else (args.format or "text")
     stdin = getattr(args, "stdin", None) or _stdin()
     paths = args.paths or ["-"]

@@ -49,6 +49,8 @@ def run(args, out) -> int:
     from gpudoctor.engine.lint import lint_paths
     from gpudoctor.engine.lint.checks import ALL, BY_CODE, BY_SLUG
 
+    if args.json and args.format not in (None, "json"):
+        raise UserError(f"--json and --format {args.format} ask for two formats: give one")
     fmt = args.format or ("json" if args.json else "human")
     if args.list_rules:
         return _list_rules(out, fmt, ALL)

@@ -205,3 +205,16 @@ def test_lint_paths_from_a_threaded_caller_and_duplicates(tmp_path):
     result = out["r"]
     assert result.files == 30
     assert len([f for f in result.findings if f.entry_id == "D22"]) == 30
+
+
+@pytest.mark.parametrize("command", [["lint", "x.py", "--format", "human", "--json"],
+                                     ["diagnose", "x.log", "--format", "markdown", "--json"]])
+def test_two_formats_at_once_are_refused(command, tmp_path, capsys):
+    """QA23 L1: `--format human --json` printed human silently; the two options now conflict."""
+    from gpudoctor.main import main
+
+    (tmp_path / "x.py").write_text("print(1)\n")
+    (tmp_path / "x.log").write_text("hello\n")
+    command = [str(tmp_path / c) if c in ("x.py", "x.log") else c for c in command]
+    assert main(command) == 2
+    assert "ask for two formats" in capsys.readouterr().err
