@@ -159,8 +159,8 @@ def _with_command(result, args):
 
     try:
         found = check_command(args.cmd)
-    except FixError as exc:
-        raise UserError(str(exc)) from None
+    except FixError as exc:  # like an unreadable file: named, and the scripts are still linted
+        return replace(result, errors=tuple(result.errors) + (("launch command", str(exc)),))
     select, ignore = _norm(args.select), _norm(args.ignore)  # the scripts' own reading of the two lists
 
     def keep(f) -> bool:

@@ -41,6 +41,7 @@ class Launch:
     args: list[str] = field(default_factory=list)  # the script's own arguments
     wrapper: list[str] = field(default_factory=list)  # srun and its options, when srun starts the launcher
     legacy: bool = False  # python -m torch.distributed.launch (torchrun's options, plus --use_env)
+    lead: list[str] = field(default_factory=list)  # every word before the launcher, in order: NAME=value, env, nohup
 
     @property
     def passes_local_rank(self) -> bool:
@@ -85,11 +86,17 @@ def parse_launch(cmd: str) -> Launch:
         words = shlex.split(cmd, comments=False)
     except ValueError as exc:
         raise FixError(f"--cmd: cannot parse the command ({exc})") from None
-    env = []
-    while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
-        env.append(words.pop(0))
-    if words and words[0] == "env":
-        words.pop(0)
+    env, lead = [], []
+    while words:  # what runs the launcher without changing it: assignments, env, nohup, time, exec, uv run
+        if "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+            env.append(words[0])
+        elif words[0] in _PASS_THROUGH or (words[0] in ("-p", "-i") and lead[-1:] in (["time"], ["env"])):
+            pass
+        elif words[0] in _RUNNERS and words[1:2] == ["run"]:
+            lead.append(words.pop(0))
+        else:
+            break
+        lead.append(words.pop(0))
     wrapper, words = split_srun(words)
     if not words:
         raise FixError("--cmd: no command given")
@@ -102,11 +109,11 @@ def parse_launch(cmd: str) -> Launch:
         if rest[:2] in (["-m", "torch.distributed.run"], ["-m", "torch.distributed.launch"]):
             legacy = rest[1] == "torch.distributed.launch"
             options, rest = _take_options(rest[2:], "torchrun")
-            launch = _with(_finish(env, "torchrun", options, rest), wrapper)
+            launch = _with(_finish(env, "torchrun", options, rest), wrapper, lead)
             launch.legacy = legacy
             return launch
         else:
-            return _with(_finish(env, "python", options, rest), wrapper)
+            return _with(_finish(env, "python", options, rest), wrapper, lead)
     elif head == "torchrun":
         launcher = "torchrun"
     elif head == "accelerate":
@@ -118,11 +125,15 @@ def parse_launch(cmd: str) -> Launch:
     else:
         raise FixError(f"--cmd: {words[0]!r} is not a launcher gpudoctor knows (python, torchrun, accelerate, deepspeed)")
     options, rest = _take_options(rest, launcher)
-    return _with(_finish(env, launcher, options, rest), wrapper)
+    return _with(_finish(env, launcher, options, rest), wrapper, lead)
 
 
-def _with(launch: Launch, wrapper: list[str]) -> Launch:
-    launch.wrapper = wrapper
+_PASS_THROUGH = {"env", "nohup", "time", "exec", "command"}  # run the command after them as it is
+_RUNNERS = {"uv", "poetry", "pipenv", "pdm", "hatch", "rye"}  # `uv run torchrun ...`: the project's environment
+
+
+def _with(launch: Launch, wrapper: list[str], lead: list[str]) -> Launch:
+    launch.wrapper, launch.lead = wrapper, lead
     return launch
 
 
@@ -180,8 +191,14 @@ def _script_words(launch: Launch, launcher: str) -> list[str]:
     return head + [launch.script] + launch.args
 
 
-def _env(launch: Launch) -> list[str]:
-    return [w for w in launch.env if w.split("=", 1)[0] not in _LAUNCHER_ENV]
+def _env(launch: Launch, drop: tuple[str, ...] = ()) -> list[str]:
+    """The words before the launcher, kept in their order (env, nohup, uv run...), less the variables the rewrite
+    sets itself and the launcher's own (RANK, WORLD_SIZE...)."""
+    def dropped(w: str) -> bool:
+        name = w.split("=", 1)[0] if "=" in w else None
+        return name is not None and name.isidentifier() and (name in _LAUNCHER_ENV or name in drop)
+
+    return [w for w in (launch.lead or launch.env) if not dropped(w)]
 
 
 def free_port(avoid: int | None = None) -> int:
@@ -309,8 +326,7 @@ def _free_port(launch: Launch, facts: dict, notes: list[str]) -> list[str]:
     if launch.launcher == "deepspeed":
         return [*_env(launch), "deepspeed", *_kept(launch, "deepspeed", {"--master_port"}), f"--master_port={port}",
                 *_script_words(launch, "deepspeed")]
-    env = [w for w in launch.env if not w.startswith("MASTER_PORT=")]
-    return [*env, f"MASTER_PORT={port}", *_python(launch)]
+    return [f"MASTER_PORT={port}", *_env(launch, ("MASTER_PORT",)), *_python(launch)]  # first: nohup runs what follows
 
 
 def _python(launch: Launch) -> list[str]:

@@ -229,3 +229,22 @@ def test_plan_uses_the_logs_command_and_notes_missing_cmd(catalog):
     assert plan.fixes[0].commands == ("torchrun --standalone --nnodes=1 --nproc-per-node=2 train.py",)
     bare = plan_fix(catalog, "D1")
     assert bare.fixes == () and any("--cmd" in n for n in bare.notes)
+
+
+@pytest.mark.parametrize("cmd, lead", [
+    ("env NCCL_DEBUG=INFO torchrun --nproc-per-node=2 train.py", ["env", "NCCL_DEBUG=INFO"]),
+    ("nohup torchrun --nproc-per-node=2 train.py", ["nohup"]),
+    ("time -p torchrun --nproc-per-node=2 train.py", ["time", "-p"]),
+    ("uv run torchrun --nproc-per-node=2 train.py", ["uv", "run"]),
+    ("NCCL_DEBUG=INFO nohup python train.py", ["NCCL_DEBUG=INFO", "nohup"]),
+])
+def test_what_runs_the_launcher_is_read_past_and_kept(cmd, lead):
+    """QA23 A5: `env VAR=x`, nohup, time and `uv run` in front of the launcher were 'not a launcher'."""
+    launch = parse_launch(cmd)
+    assert launch.lead == lead and launch.script == "train.py"
+    assert launch.env == [w for w in lead if "=" in w]
+    new, _notes = rewrite(cmd, "free-port", {})
+    words = _words(new)
+    assert " ".join(w for w in lead if "=" not in w) in " ".join(words)  # nohup, env, uv run stay
+    if launch.launcher == "python":  # the new variable goes first: `nohup MASTER_PORT=1 python` would run no python
+        assert words[0].startswith("MASTER_PORT=")

@@ -218,3 +218,16 @@ def test_two_formats_at_once_are_refused(command, tmp_path, capsys):
     command = [str(tmp_path / c) if c in ("x.py", "x.log") else c for c in command]
     assert main(command) == 2
     assert "ask for two formats" in capsys.readouterr().err
+
+
+def test_an_unknown_launcher_is_named_and_the_scripts_are_still_linted(tmp_path, capsys):
+    """QA23 A5: `lint --cmd "mpirun ..." train.py` stopped at the command and linted nothing."""
+    from gpudoctor.main import main
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\nfrom torch.utils.data import DistributedSampler\n"
+                      "dist.init_process_group('gloo')\nsampler = DistributedSampler(range(8))\n"
+                      "for epoch in range(3):\n    for x in sampler:\n        pass\n")
+    assert main(["lint", "--cmd", "mpirun -np 16 python train.py", str(script)]) == 2
+    captured = capsys.readouterr()
+    assert "D22" in captured.out and "'mpirun' is not a launcher" in captured.err
