@@ -59,9 +59,27 @@ def _record(spans, text, key, start, end) -> None:
     spans[name] = (line_start, start, end, len(text) if line_end < 0 else line_end)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list) -> dict:
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
 def _load_json(text: str, path: str) -> dict:
+    """The config as DeepSpeed reads it; a key twice in one object is refused: Python's json keeps the last one,
+    and an edit of the first would change nothing that runs."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        raise FixError(f"{path}: the key {exc.args[0]!r} appears twice in one object; DeepSpeed uses the last one. "
+                       "Remove the other first") from None
     except json.JSONDecodeError as exc:
         raise FixError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict):

@@ -53,3 +53,13 @@ def test_strings_with_braces_and_quotes_do_not_confuse_the_reading():
     text = '{"name": "a {tricky} \\"one\\"", "zero_optimization": {"note": "}{", "stage": 1}}'
     out, _ = ds_zero_stage(text, "ds.json", {"zero_stage": 2})
     assert json.loads(out) == {"name": 'a {tricky} "one"', "zero_optimization": {"note": "}{", "stage": 2}}
+
+
+@pytest.mark.parametrize("text", ['{"zero_optimization": {"stage": 1}, "zero_optimization": {"stage": 2}}',
+                                  '{"zero_optimization": {"stage": 1, "stage": 2}}'])
+def test_a_key_twice_in_one_object_is_refused_not_edited_where_it_does_not_count(text):
+    """QA23 A8: the plan read stage 2 (json keeps the last) and edited the first object, so stage 2 still ran."""
+    from gpudoctor.engine.fixes.errors import FixError
+
+    with pytest.raises(FixError, match="appears twice"):
+        ds_zero_stage(text, "ds.json", {"stage": 3})
