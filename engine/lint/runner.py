@@ -124,13 +124,24 @@ def _lint_file(args) -> tuple[list[LintFinding], str | None]:
 
 def expand(paths) -> tuple[list[str], list[tuple[str, str]]]:
     """Files to lint from files and folders (folders: *.py and shell launch scripts), and paths that are missing."""
-    files, errors = [], []
+    files, errors, seen = [], [], set()
     for p in paths:
         p = os.fspath(p)
         if os.path.isdir(p):
             for root, dirs, names in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
-                files.extend(os.path.join(root, n) for n in sorted(names) if n.endswith(PY_SUFFIXES + SHELL_SUFFIXES))
+                # real files before links, so that a file reached both ways is reported under its own name
+                for n in sorted(names, key=lambda n: (os.path.islink(os.path.join(root, n)), n)):
+                    path = os.path.join(root, n)
+                    if not n.endswith(PY_SUFFIXES + SHELL_SUFFIXES):
+                        continue
+                    try:  # a walked folder's broken link (a stale latest.py, an editor's lock) is no file to lint,
+                        key = os.stat(path)  # and a link to a file already walked is that file again
+                    except OSError:
+                        continue
+                    if (key.st_dev, key.st_ino) not in seen:
+                        seen.add((key.st_dev, key.st_ino))
+                        files.append(path)
         elif os.path.exists(p):
             files.append(p)
         else:

@@ -231,3 +231,18 @@ def test_an_unknown_launcher_is_named_and_the_scripts_are_still_linted(tmp_path,
     assert main(["lint", "--cmd", "mpirun -np 16 python train.py", str(script)]) == 2
     captured = capsys.readouterr()
     assert "D22" in captured.out and "'mpirun' is not a launcher" in captured.err
+
+
+def test_a_walked_folder_skips_broken_links_and_lints_a_linked_file_once(tmp_path, capsys):
+    """QA23 A10: a dangling link failed the run (exit 2) and a link to a file reported it twice."""
+    from gpudoctor.main import main
+
+    (tmp_path / "real.py").write_text("import torch.distributed as dist\nfrom torch.utils.data import "
+                                      "DistributedSampler\ndist.init_process_group('gloo')\n"
+                                      "sampler = DistributedSampler(range(8))\nfor epoch in range(3):\n"
+                                      "    for x in sampler:\n        pass\n")
+    (tmp_path / "link.py").symlink_to(tmp_path / "real.py")
+    (tmp_path / "dangling.py").symlink_to(tmp_path / "nonexist.py")
+    assert main(["lint", str(tmp_path), "--select", "D22", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [Path(f["path"]).name for f in data["findings"]] == ["real.py"] and data["errors"] == []
