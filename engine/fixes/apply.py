@@ -73,7 +73,24 @@ def check_parses(path: str, text: str) -> None:
 
 
 def write_atomic(path: str, data: bytes, mode: int | None) -> None:
-    """Write to a temp file in the same folder, fsync, keep the mode, then rename over the target."""
+    """Write to a temp file in the same folder, fsync, keep the mode and the owner, then rename over the target.
+    A file with other hard links is rewritten in place instead (a rename would leave the links with the old text);
+    a new file gets the mode the umask gives (it is often copied to every node), not mkstemp's 0600."""
+    try:
+        old = os.stat(path)
+    except OSError:
+        old = None
+    if old is not None and old.st_nlink > 1 and stat.S_ISREG(old.st_mode):
+        with open(path, "r+b") as fh:  # the journal holds the backup; the links stay one file
+            fh.write(data)
+            fh.truncate()
+            fh.flush()
+            os.fsync(fh.fileno())
+        return
+    if mode is None and old is None:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".gpudoctor-tmp")
     try:
@@ -83,6 +100,11 @@ def write_atomic(path: str, data: bytes, mode: int | None) -> None:
             os.fsync(fh.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
+        if old is not None and (old.st_uid, old.st_gid) != (os.getuid(), os.getgid()):
+            try:  # root (or sudo) editing someone's script: it stays theirs
+                os.chown(tmp, old.st_uid, old.st_gid)
+            except OSError:
+                pass
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -85,6 +85,9 @@ def _plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fac
             raise FixError(f"--config {config}: no such file")
     if env_file:
         texts[env_file] = read_text(env_file, "--env-file")
+        folder = os.path.dirname(os.path.abspath(env_file))
+        if texts[env_file] is None and not os.path.isdir(folder):  # a new file needs its folder
+            raise FixError(f"--env-file {env_file}: the folder {folder} does not exist")
     notes: list[str] = []
     fixes: list[PlannedFix] = []
     if not entry.fix_actions:
