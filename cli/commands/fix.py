@@ -1,7 +1,9 @@
 """`gpudoctor fix`: an entry's fix as a plan and a diff (a dry run); apply it with --apply, undo with --undo."""
 from __future__ import annotations
 
+import contextlib
 import shlex
+import sys
 import textwrap
 
 from gpudoctor.common import load, print_json
@@ -82,6 +84,25 @@ def _diagnose_logs(paths, catalog, stdin=None):
         raise UserError(str(exc)) from None
 
 
+@contextlib.contextmanager
+def _stdin_as_file(paths):
+    """The --log paths with `-` replaced by a temporary copy of standard input (removed afterwards): the diagnosis
+    and the facts read from the log's head both need it, and a pipe can be read once."""
+    if "-" not in paths:
+        yield paths
+        return
+    import shutil
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(prefix="gpudoctor-stdin-", suffix=".log") as copy:
+        stream = sys.stdin
+        if stream is None:
+            raise UserError("--log -: standard input is closed")
+        shutil.copyfileobj(getattr(stream, "buffer", stream), copy)
+        copy.flush()
+        yield [copy.name if p == "-" else p for p in paths]
+
+
 def witnesses_of(args) -> list:
     """The script's and the launch command's witnesses (engine/corroborate.py); a script that could not be checked
     is named on stderr, a folder or a command that cannot be parsed is a usage error."""
@@ -159,8 +180,9 @@ def run(args, out) -> int:
 
         from gpudoctor.engine.corroborate import corroborate
 
-        diagnosis = corroborate(_diagnose_logs(args.log, catalog), witnesses_of(args), catalog)
-        facts = facts_from_diagnosis(diagnosis, logs=args.log)
+        with _stdin_as_file(args.log) as logs:  # `--log -`: a piped log, read as diagnose reads it
+            diagnosis = corroborate(_diagnose_logs(logs, catalog), witnesses_of(args), catalog)
+            facts = facts_from_diagnosis(diagnosis, logs=logs)
         if entry_id is None:
             matches = [f for f in diagnosis.findings if f.tier == "match"]
             if not matches:

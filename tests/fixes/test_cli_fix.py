@@ -229,3 +229,17 @@ def test_a_fix_that_cannot_be_undone_is_forgotten_so_the_one_before_it_can_be(cl
     assert cli("fix", "--forget").code == 0
     assert cli("fix", "--undo").code == 0 and keep.read_bytes() == D22.read_bytes() and not gone.exists()
     assert cli("fix", "--forget").code == 1  # nothing applied is left: nothing to do, not a usage error
+
+
+def test_a_piped_log_is_read_as_a_file_is(tmp_path):
+    """QA23 A16: `fix --log -` read nothing and said the log matched nothing known."""
+    import subprocess
+    import sys
+
+    log = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+           "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use\n")
+    done = subprocess.run([sys.executable, "-m", "gpudoctor", "fix", "--log", "-"], input=log, capture_output=True,
+                          text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Fix for D4" in done.stdout and "nothing known matched" not in done.stderr
+    assert not list(tmp_path.iterdir())
