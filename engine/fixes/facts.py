@@ -111,8 +111,30 @@ def parse_params(items) -> dict:
             raise FixError(f"--param {item!r}: expected KEY=VALUE")
         if key not in FIX_FACTS:
             raise FixError(f"--param {key}: unknown (known: {', '.join(FIX_FACTS)})")
-        facts[key] = int(value) if value.strip().isdigit() else value.strip()
+        value = value.strip()
+        check = _CHECKS.get(key)
+        if check is not None and not re.fullmatch(check[0], value):
+            raise FixError(f"--param {key}={value!r}: expected {check[1]}")
+        if key in _PORTS and not 0 < int(value) < 65536:
+            raise FixError(f"--param {key}={value}: expected a port from 1 to 65535")
+        facts[key] = int(value) if value.isdigit() else value
     return facts
+
+
+# the values that end up in code, a config or a command line: each checked before it is written anywhere
+_POSITIVE = r"0*[1-9]\d*"
+_CHECKS = {
+    "port": (r"\d{1,5}", "a port number"),
+    "free_port": (r"\d{1,5}", "a port number"),
+    "rdzv_port": (r"\d{1,5}", "a port number"),
+    "world_size": (_POSITIVE, "a whole number of processes, 1 or more"),
+    "nproc": (rf"{_POSITIVE}|gpu|auto", "a whole number of processes per node, or gpu"),
+    "nnodes": (rf"{_POSITIVE}(?::{_POSITIVE})?", "a number of nodes, or MIN:MAX"),
+    "timeout_minutes": (r"0*[1-9]\d{0,5}", "a whole number of minutes, 1 or more"),
+    "zero_stage": (r"[0-3]", "a ZeRO stage: 0, 1, 2 or 3"),
+    "elastic_timeout": (_POSITIVE, "a whole number of seconds, 1 or more"),
+}
+_PORTS = {"port", "free_port", "rdzv_port"}
 
 
 def facts_from_diagnosis(diagnosis, logs=None) -> dict:

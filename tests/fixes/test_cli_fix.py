@@ -243,3 +243,17 @@ def test_a_piped_log_is_read_as_a_file_is(tmp_path):
     assert done.returncode == 1, done.stderr  # D4's fixes need --cmd or --script: shown, nothing to write
     assert "Fix for D4" in done.stdout and "nothing known matched" not in done.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("param", ["timeout_minutes=abc", "timeout_minutes=2.5", "timeout_minutes=-5",
+                                   "timeout_minutes=0", "zero_stage=abc", "zero_stage=7", "nproc=abc", "nproc=-1",
+                                   "nnodes=abc", "rdzv_port=abc", "port=99999"])
+def test_a_param_value_that_would_be_written_unchecked_is_a_usage_error(cli, param):
+    """QA23 A17: some crashed with exit 3, others went into the script or the command as they were."""
+    res = cli("fix", "MN3", "--param", param)
+    assert res.code == 2 and f"--param {param.split('=')[0]}" in res.err and "internal error" not in res.err
+
+
+@pytest.mark.parametrize("param", ["nproc=gpu", "nnodes=1:4", "timeout_minutes=30", "zero_stage=3"])
+def test_good_param_values_pass(cli, param):
+    assert cli("fix", "MN3", "--param", param).code in (0, 1)
