@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 
+UNSAFE = "unsafe: "  # a patch's note that starts so makes a safe fix unsafe (applied only with --unsafe)
+
+
 class FixError(Exception):
     """A fix could not be planned or applied; the message names the file and what is wrong."""
 

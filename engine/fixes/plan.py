@@ -5,7 +5,7 @@ import ast
 import os
 
 from gpudoctor.engine.fixes import env as envfix
-from gpudoctor.engine.fixes.errors import FixError, NotApplicable
+from gpudoctor.engine.fixes.errors import UNSAFE, FixError, NotApplicable
 from gpudoctor.engine.fixes.model import SAFETY_ORDER, FileEdit, FixPlan, PlannedFix, sha256_text
 
 # what each kind of action needs from the user, for the note when it is missing
@@ -165,10 +165,14 @@ def _plan_fix(catalog, entry_id: str, *, script=None, config=None, cmd=None, fac
             continue
         for edit in edits:
             texts[edit.path] = edit.after  # a later fix of the same file builds on this one
+        safety, why = action.safety, str(action.param("why") or "")
+        downgrades = [n[len(UNSAFE):] for n in fix_notes if n.startswith(UNSAFE)]
+        if downgrades and safety == "safe":  # this file's case of a safe fix is not: it needs --unsafe
+            safety, why = "unsafe", "; ".join(downgrades)
         fixes.append(PlannedFix(
-            entry_id=entry.id, action_id=action.id, kind=action.kind, safety=action.safety, title=action.title,
-            why=str(action.param("why") or ""), edits=tuple(edits), commands=commands, env=env,
-            notes=tuple(fix_notes)))
+            entry_id=entry.id, action_id=action.id, kind=action.kind, safety=safety, title=action.title,
+            why=why, edits=tuple(edits), commands=commands, env=env,
+            notes=tuple(n for n in fix_notes if not n.startswith(UNSAFE))))
     return FixPlan(entry_id=entry.id, fixes=tuple(fixes), notes=tuple(notes))
 
 

@@ -45,3 +45,61 @@ def test_a_gate_that_is_not_rank_zero_is_left_alone(gate):
 def test_a_collective_only_the_other_ranks_run_is_named_with_what_to_do():
     with pytest.raises(NotApplicable, match=r"dist\.all_reduce runs only under `if rank != 0:`.*by hand"):
         collective_out_of_rank_branch(SCRIPT.format(gate="rank != 0"), "t.py", {})
+
+
+SAVE_BEST = """import torch
+import torch.distributed as dist
+
+
+def evaluate(model):
+    t = torch.tensor([model.score])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def train(model, steps, rank, best=0.0):
+    for step in range(steps):
+        if rank == 0 and step % 10 == 0:
+            if evaluate(model) > best:
+                torch.save(model, "best.pt")
+"""
+
+
+def test_a_collective_in_the_condition_of_a_gated_save_is_hoisted_and_the_save_stays_on_rank_0():
+    """QA23 A14: the whole `if evaluate(model) > best: torch.save(...)` moved out of the gate, so every rank saved."""
+    import types
+
+    new, _notes = collective_out_of_rank_branch(SAVE_BEST, "t.py", {})
+    events: list = []
+
+    class Tensor:
+        def __init__(self, values):
+            self.values = values
+
+        def item(self):
+            return self.values[0]
+
+    for rank in (0, 1):
+        torch = types.SimpleNamespace(tensor=Tensor, save=lambda obj, path, rank=rank: events.append(("save", rank)))
+        dist = types.SimpleNamespace(all_reduce=lambda t, rank=rank: events.append(("all_reduce", rank)))
+        space = {"torch": torch, "dist": dist}
+        exec(compile(new.replace("import torch\nimport torch.distributed as dist\n", ""), "t.py", "exec"), space)
+        space["train"](types.SimpleNamespace(score=1.0), 20, rank)
+    assert events.count(("all_reduce", 0)) == events.count(("all_reduce", 1)) == 2  # steps 0 and 10, every rank
+    assert ("save", 1) not in events and events.count(("save", 0)) == 2
+
+
+def test_a_moved_statement_that_writes_makes_the_fix_unsafe(tmp_path):
+    """A collective deep inside a gated block that also saves: the block can only move whole, so every rank would
+    save too; the plan marks that fix unsafe (written only with --unsafe) and says why."""
+    from gpudoctor.engine.fixes import plan_fix
+    from gpudoctor.kb.catalog import load_catalog
+
+    script = tmp_path / "t.py"
+    script.write_text(SAVE_BEST.replace(
+        "            if evaluate(model) > best:\n                torch.save(model, \"best.pt\")\n",
+        "            for _ in range(1):\n                evaluate(model)\n                torch.save(model, \"best.pt\")\n"))
+    plan = plan_fix(load_catalog(), "D21", script=str(script))
+    [fix] = [f for f in plan.fixes if f.action_id == "collective-out-of-rank-branch"]
+    assert fix.safety == "unsafe" and "prints or writes" in fix.why
+    assert not any(n.startswith("unsafe: ") for n in fix.notes)

@@ -6,7 +6,7 @@ import re
 import libcst as cst
 
 from gpudoctor.engine.fixes import cst as h
-from gpudoctor.engine.fixes.errors import NotApplicable
+from gpudoctor.engine.fixes.errors import UNSAFE, NotApplicable
 
 _BARRIERS = {"barrier", "monitored_barrier", "wait_for_everyone"}
 
@@ -86,8 +86,22 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
                     before += hoisted
                     kept.append(h.replace_calls(s, swap))
                     continue
+            if isinstance(s, cst.If) and all(_inside(call, s.test) for call in found):
+                # `if evaluate(model) > best: torch.save(...)`: every rank computes the value, rank 0 alone acts on it
+                hoisted, repl = [], {}
+                for call in found:
+                    name = _value_name(call, taken)
+                    taken.add(name)
+                    hoisted.append(h.stmt(f"{name} = {h.code(call)}"))
+                    repl[h.code(call)] = name
+                before += hoisted
+                kept.append(s.with_changes(test=h.replace_calls(s.test, lambda c, repl=repl: cst.Name(repl[h.code(c)])
+                                                                 if h.code(c) in repl else None)))
+                continue
             notes.append(f"moved a whole statement out of the rank-0 branch ({h.code(s).strip().splitlines()[0]}); "
                          "check that what it writes or prints is still rank 0's alone")
+            if _writes(s):
+                notes.append(UNSAFE + "the statement moved to every rank also prints or writes")
             before.append(s)
         return before, kept, after
 
@@ -164,6 +178,11 @@ def _undecorate(func: cst.FunctionDef, split) -> cst.FunctionDef:
     decorators = [d for d in func.decorators if h.dotted(d.decorator) != name]
     return func.with_changes(decorators=decorators,
                              body=func.body.with_changes(body=[*before, *gate, *after]))
+
+
+def _inside(node, tree) -> bool:
+    """Is this very node somewhere in tree?"""
+    return any(n is node for n in h.m.findall(tree, h.m.Call()))
 
 
 def _writes(s) -> bool:
