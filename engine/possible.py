@@ -163,7 +163,7 @@ def _specific_index(catalog):
     return FailureLineIndex(**vars(catalog.search_index()))
 
 
-_LONG_WORD = re.compile(r"[a-z0-9]{5,}")
+_LONG_WORD = _lazy(r"[a-z0-9]{5,}")
 WHOLE_PHRASE = 0.8  # a phrase this long against the line is the line itself, pasted
 PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
 
