@@ -13,7 +13,10 @@
 - The DeepSpeed launcher tearing the job down (its sigkill_handler killing the other ranks once one has ended) in
   a log where no rank printed an error: the rank that ended said nothing, as a process killed by a signal does, and
   the usual sender is the host's OOM killer (a possible D28); when the ranks' last lines are the model loading, before
-  any training step, it is the copy of the model each rank holds in host memory (D28)."""
+  any training step, it is the copy of the model each rank holds in host memory (D28).
+- torchrun's failure summary naming one rank and "<NO_OTHER_FAILURES>", that rank having lost its peer inside a
+  training step's collective (the DDP backward, an all-reduce): the peer ended with exit code 0 while the step still
+  waited for it, so it ran out of batches first (D9, the uneven shards' hang, as a real gloo run shows it)."""
 from __future__ import annotations
 
 import re
@@ -190,3 +193,39 @@ def _loading_line(before: list[str], first_no: int) -> tuple[int, str] | None:
             body = " ".join(parse_prefix(before[i]).body.split())
             return first_no + i, body if len(body) <= 90 else body[:89] + "…"
     return None
+
+
+# torch/distributed/elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg (torch 1.9-2.x): the
+# failures other than the root cause, or "<NO_OTHER_FAILURES>"; then "Root Cause (first observed failure):" and the
+# rank's "rank      : 0 (local_rank: 0)"
+_ROOT_RANK = _lazy(r"Root Cause \(first observed failure\):\s*\[\d+\]:\s*time\s*:[^\n]*\n\s*host\s*:[^\n]*\n\s*rank\s*:\s*(\d+)")
+# the rank's peer went away: gloo's pair ("Connection closed by peer", "Connection reset by peer"), NCCL's remote error
+_LOST_PEER = _lazy(r"Connection closed by peer|Connection reset by peer|ncclRemoteError|remote process exited")
+# a training step's collectives: the DDP gradient all-reduce under backward, an explicit all-reduce
+_IN_STEP = _lazy(r"\bin (?:backward|_engine_run_backward|run_backward|all_reduce|allreduce)\b|\.backward\(\)")
+PEER_EXITED_SCORE = 0.6
+STEP_WINDOW = 12  # frame lines above the lost-peer error that tell it was inside a step
+
+
+def peer_exited_cleanly_rule(text: str, file: str) -> list:
+    """D9 when torchrun reports one failed rank and no other, and that rank lost its peer inside a step."""
+    if "<NO_OTHER_FAILURES>" not in text or "Root Cause" not in text:
+        return []
+    m = _ROOT_RANK.search(text)
+    if m is None:
+        return []
+    rank = m.group(1)
+    lines = text.splitlines()
+    for at, line in enumerate(lines):
+        if not _LOST_PEER.search(line) or (line.startswith("[rank") and not line.startswith(f"[rank{rank}]")):
+            continue
+        if not any(_IN_STEP.search(frame) for frame in lines[max(0, at - STEP_WINDOW): at]):
+            return []
+        root_no, root_line = line_at(text, m.start())
+        note = (f"torchrun names rank {rank} as the only failure: the peer it lost at line {at + 1} ended with exit "
+                f"code 0 while rank {rank} was inside a training step, so that peer ran out of batches first")
+        return [Verdict("D9", "rule:peer-exited-cleanly", (
+            Evidence(file, at + 1, line, "rule:peer-exited-cleanly"),
+            Evidence(file, root_no, f"torchrun's summary: rank {rank} is the root cause and no other rank failed "
+                                    "(<NO_OTHER_FAILURES>)", "because")), score=PEER_EXITED_SCORE, note=note)]
+    return []

@@ -117,6 +117,7 @@ REPEATED_TRIGGERS = [
     ("Expected all tensors to be on the same device, but found at least two devices, cuda:1 and cuda:0! ", "\n"),
     ("to have the same device as tensor for argument #2 'weight'; but device 1 does not equal 0 ", "\n"),
     ("You requested gpu: [0, 1] ", "But your machine only has: [0]\n"),
+    ("Root Cause (first observed failure): [0]: time : x ", "\n<NO_OTHER_FAILURES>\nConnection closed by peer\n"),
 ]
 
 

@@ -1,0 +1,77 @@
+"""A real uneven-shards run under torchrun (gloo, CPU): the rank with fewer batches ends cleanly, its peer loses the
+connection inside the DDP backward, and torchrun names that one rank with no other failure: D9 (QA23 A13)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from rule_helpers import matches, run
+
+TRAIN = textwrap.dedent("""\
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(8, 2))
+    samples = list(zip(torch.randn(65, 8), torch.randint(0, 2, (65,))))
+    loader = DataLoader(samples[rank::world], batch_size=8)  # 33 samples on rank 0, 32 on rank 1: one batch more
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    dist.destroy_process_group()
+    """)
+
+
+def test_the_rank_left_with_a_batch_more_names_d9(tmp_path, catalog):
+    (tmp_path / "train.py").write_text(TRAIN)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    log = done.stdout + done.stderr
+    assert done.returncode != 0 and "<NO_OTHER_FAILURES>" in log, log[-3000:]
+    d = run(catalog, log)
+    assert matches(d)[:1] == ["D9"], [(f.id, f.tier) for f in d.findings]
+    assert any("no other rank failed" in ev.text for ev in d.findings[0].evidence)
+
+
+SUMMARY = """[rank0]:   File "/work/train.py", line 28, in main
+[rank0]:     loss.backward()
+[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:937
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+{others}
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-28_22:04:15
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 8652)
+  error_file: <N/A>
+============================================================
+"""
+KILLED = """[1]:
+  time      : 2026-11-28_22:04:14
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 8653)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 8653"""
+
+
+def test_a_peer_that_failed_too_is_no_clean_exit(catalog):
+    assert "D9" in matches(run(catalog, SUMMARY.format(others="  <NO_OTHER_FAILURES>")))
+    assert "D9" not in matches(run(catalog, SUMMARY.format(others=KILLED)))
