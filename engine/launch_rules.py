@@ -198,7 +198,8 @@ def _loading_line(before: list[str], first_no: int) -> tuple[int, str] | None:
 # torch/distributed/elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg (torch 1.9-2.x): the
 # failures other than the root cause, or "<NO_OTHER_FAILURES>"; then "Root Cause (first observed failure):" and the
 # rank's "rank      : 0 (local_rank: 0)"
-_ROOT_RANK = _lazy(r"Root Cause \(first observed failure\):\s*\[\d+\]:\s*time\s*:[^\n]*\n\s*host\s*:[^\n]*\n\s*rank\s*:\s*(\d+)")
+_ROOT_RANK = _lazy(r"Root Cause \(first observed failure\):[ \t]*\n?[ \t]*\[\d+\]:[ \t]*\n?[ \t]*time[ \t]*:[^\n]{0,200}\n"
+                   r"[ \t]*host[ \t]*:[^\n]{0,200}\n[ \t]*rank[ \t]*:[ \t]*(\d+)")  # bounded: one pass over a huge line
 # the rank's peer went away: gloo's pair ("Connection closed by peer", "Connection reset by peer"), NCCL's remote error
 _LOST_PEER = _lazy(r"Connection closed by peer|Connection reset by peer|ncclRemoteError|remote process exited")
 # a training step's collectives: the DDP gradient all-reduce under backward, an explicit all-reduce
