@@ -204,16 +204,22 @@ _ROOT_RANK = _lazy(r"Root Cause \(first observed failure\):[ \t]*\n?[ \t]*\[\d+\
 _LOST_PEER = _lazy(r"Connection closed by peer|Connection reset by peer|ncclRemoteError|remote process exited")
 # a training step's collectives: the DDP gradient all-reduce under backward, an explicit all-reduce
 _IN_STEP = _lazy(r"\bin (?:backward|_engine_run_backward|run_backward|all_reduce|allreduce)\b|\.backward\(\)")
+_SIGTERMED = _lazy(r"exitcode\s*:\s*-15\b")
+_OTHER_EXIT = _lazy(r"exitcode\s*:\s*(?!-15\b)-?\d+")
 PEER_EXITED_SCORE = 0.6
 STEP_WINDOW = 12  # frame lines above the lost-peer error that tell it was inside a step
 
 
 def peer_exited_cleanly_rule(text: str, file: str) -> list:
     """D9 when torchrun reports one failed rank and no other, and that rank lost its peer inside a step."""
-    if "<NO_OTHER_FAILURES>" not in text or "Root Cause" not in text:
+    if "Root Cause" not in text or "Failures:" not in text:
         return []
     m = _ROOT_RANK.search(text)
     if m is None:
+        return []
+    others = text[text.rfind("Failures:", 0, m.start()): m.start()]
+    # another rank listed only as stopped by SIGTERM is the agent's own teardown after the root cause, not a failure
+    if "<NO_OTHER_FAILURES>" not in others and (not _SIGTERMED.search(others) or _OTHER_EXIT.search(others)):
         return []
     rank = m.group(1)
     lines = text.splitlines()
@@ -227,6 +233,7 @@ def peer_exited_cleanly_rule(text: str, file: str) -> list:
                 f"code 0 while rank {rank} was inside a training step, so that peer ran out of batches first")
         return [Verdict("D9", "rule:peer-exited-cleanly", (
             Evidence(file, at + 1, line, "rule:peer-exited-cleanly"),
-            Evidence(file, root_no, f"torchrun's summary: rank {rank} is the root cause and no other rank failed "
-                                    "(<NO_OTHER_FAILURES>)", "because")), score=PEER_EXITED_SCORE, note=note)]
+            Evidence(file, root_no, f"torchrun's summary: rank {rank} is the root cause and no other rank failed on "
+                                    "its own (none, or only the agent's SIGTERM)", "because")),
+            score=PEER_EXITED_SCORE, note=note)]
     return []
