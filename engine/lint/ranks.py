@@ -124,3 +124,13 @@ def decorator_gates(func: ast.AST) -> str | None:
         if name in GATING_DECORATORS:
             return name
     return None
+
+
+# the script pins one GPU per process itself: os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank), setdefault, update
+_PINS_VISIBLE = re.compile(r"""environ\s*(?:\[\s*['"]CUDA_VISIBLE_DEVICES['"]\s*\]\s*=[^=]|"""
+                           r"""\.setdefault\(\s*['"]CUDA_VISIBLE_DEVICES['"]|\.update\([^)]{0,200}CUDA_VISIBLE_DEVICES)""")
+
+
+def pins_visible_devices(text: str) -> bool:
+    """Does the script set CUDA_VISIBLE_DEVICES itself? Then each process sees its GPU as cuda:0, and cuda:0 is right."""
+    return "CUDA_VISIBLE_DEVICES" in text and bool(_PINS_VISIBLE.search(text))

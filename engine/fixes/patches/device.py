@@ -5,6 +5,7 @@ import libcst as cst
 
 from gpudoctor.engine.fixes import cst as h
 from gpudoctor.engine.fixes.errors import NotApplicable
+from gpudoctor.engine.lint.ranks import pins_visible_devices
 
 _GLOBAL_RANK = {"rank", "global_rank", "world_rank"}
 
@@ -44,6 +45,9 @@ def _cuda_string(e: cst.BaseExpression) -> bool:
 
 def device_from_local_rank(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     module = h.parse(text, path)
+    if pins_visible_devices(text):
+        raise NotApplicable(f"{path}: sets CUDA_VISIBLE_DEVICES itself, so each process sees its one GPU as cuda:0; "
+                            "a device index from the local rank would name a GPU it cannot see")
     if any(h.last(h.call_name(c)) in ("spawn", "start_processes") for c in h.calls(module)):
         raise NotApplicable(f"{path}: starts its ranks with mp.spawn, where the rank given to each process is "
                             "its local rank on one node; D3's fix is for launcher-started scripts")
@@ -53,8 +57,13 @@ def device_from_local_rank(text: str, path: str, facts: dict) -> tuple[str, list
     changed: list[str] = []
 
     def fix(call: cst.Call):
-        tail = h.last(h.call_name(call))
+        # `.cuda(rank)` on a call's result has no dotted name: its attribute is the method
+        tail = call.func.attr.value if isinstance(call.func, cst.Attribute) else h.last(h.call_name(call))
         args = list(call.args)
+        if tail == "device" and len(args) >= 2 and isinstance(args[0].value, cst.SimpleString) \
+                and args[0].value.evaluated_value == "cuda" and _is_global_rank(args[1].value):
+            changed.append("device")  # torch.device("cuda", RANK)
+            return call.with_changes(args=[args[0], args[1].with_changes(value=name), *args[2:]])
         if tail == "set_device" and args and (_is_global_rank(args[0].value) or _cuda_string(args[0].value)
                                                or h.code(args[0].value) == "0"):
             changed.append("set_device")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from gpudoctor.engine.lint.model import Check, Hit
-from gpudoctor.engine.lint.ranks import _env_key, last_name
+from gpudoctor.engine.lint.ranks import _env_key, last_name, pins_visible_devices
 
 GLOBAL_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}
 GLOBAL_NAMES = {"global_rank", "world_rank", "grank"}
@@ -45,6 +45,7 @@ class DeviceFromGlobalRank(Check):
             return False
 
         seen = set()
+        pinned = pins_visible_devices(script.text)  # each process sees one GPU, as cuda:0
         for site in script.calls:
             for value in _device_args(site):
                 key = (value.lineno, value.col_offset)
@@ -55,7 +56,7 @@ class DeviceFromGlobalRank(Check):
                     yield Hit(value.lineno, value.col_offset,
                               f"{ast.unparse(value)} is the global rank: on a second node it names a GPU that does "
                               "not exist, and ranks share GPUs; use LOCAL_RANK", "error")
-                elif script.multiprocess and site.gate is None and _is_gpu_zero(value, site):
+                elif script.multiprocess and site.gate is None and _is_gpu_zero(value, site) and not pinned:
                     seen.add(key)
                     yield Hit(value.lineno, value.col_offset,
                               f"{ast.unparse(value)} hard-codes GPU 0 in a multi-process script: every rank "
