@@ -18,7 +18,8 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "cyan"}
 
 
 def finding_option(finding) -> Option:
-    line = Text.assemble((f"{finding.line:>4}:{finding.col:<3}", "dim"), (f"{finding.severity:<8}",
+    # the column 1-based, as `gpudoctor lint` and editors count it (the JSON keeps ast's 0-based col)
+    line = Text.assemble((f"{finding.line:>4}:{finding.col + 1:<3}", "dim"), (f"{finding.severity:<8}",
                          SEVERITY_STYLE.get(finding.severity, "")), (f"{finding.entry_id:<5}", "bold"),
                          f" {finding.message}", (" [fix]" if finding.fix_id else "", "green"))
     return Option(line)
