@@ -31,10 +31,16 @@ def read_text(path: str, what: str) -> str | None:
         raise FixError(f"{what} {path}: not UTF-8 text (byte {exc.start})") from None
 
 
+MAX_SCRIPT_BYTES = 1 << 20  # a training script is tens of KB; libcst takes about 10 s and 0.5 GB per MB
+
+
 def read_script(path: str) -> str:
     text = read_text(path, "--script")
     if text is None:
         raise FixError(f"--script {path}: no such file")
+    if len(text) > MAX_SCRIPT_BYTES:
+        raise FixError(f"--script {path}: {len(text) / (1 << 20):.1f} MB is more than a training script gpudoctor "
+                       f"patches ({MAX_SCRIPT_BYTES >> 20} MB at most); `gpudoctor lint` reads files of any size")
     if "\x00" in text:
         raise FixError(f"--script {path}: not Python (it holds NUL bytes: a binary file or a log?)")
     try:

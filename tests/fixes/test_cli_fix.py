@@ -257,3 +257,16 @@ def test_a_param_value_that_would_be_written_unchecked_is_a_usage_error(cli, par
 @pytest.mark.parametrize("param", ["nproc=gpu", "nnodes=1:4", "timeout_minutes=30", "zero_stage=3"])
 def test_good_param_values_pass(cli, param):
     assert cli("fix", "MN3", "--param", param).code in (0, 1)
+
+
+def test_a_script_over_the_size_limit_is_refused_at_once(cli, tmp_path):
+    """QA23 L3: a 3.5 MB file took 36 s and 1.6 GB to be told there was nothing to fix."""
+    import time
+
+    from gpudoctor.engine.fixes.plan import MAX_SCRIPT_BYTES
+
+    big = tmp_path / "big.py"
+    big.write_text("x = 1\n" * (MAX_SCRIPT_BYTES // 6 + 10))
+    start = time.monotonic()
+    res = cli("fix", "D22", "--script", str(big))
+    assert res.code == 2 and "MB is more than a training script" in res.err and time.monotonic() - start < 5
