@@ -331,3 +331,18 @@ async def test_quitting_during_a_stuck_diagnosis_leaves_no_process_behind(make, 
         time.sleep(0.05)
     assert not _alive(child) and not _alive(grandchild)
     assert time.monotonic() - quit_at < 5
+
+
+async def test_the_paste_tab_takes_typed_keys_when_reached_by_keyboard(make):
+    """QA23 T1: shift+tab then right showed the paste box, but typed keys went nowhere until Tab was pressed."""
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, OpenScreen))
+        await pilot.press("shift+tab")
+        await pilot.press("right")
+        box = app.screen.query_one("#open-text")
+        await wait_until(pilot, lambda: app.screen.focused is box, what="paste box focused")
+        await pilot.press(*"NCCL")
+        assert box.text == "NCCL"
+        assert "pasted" in str(app.screen.query_one("#open-hint").render())

@@ -43,7 +43,10 @@ class OpenScreen(ModalScreen[list[str] | None]):
     @on(TabbedContent.TabActivated)
     def tab_changed(self, event: TabbedContent.TabActivated) -> None:
         target = "#open-text" if event.pane.id == "tab-paste" else "#open-path"
-        self.query_one(target).focus()
+        # after the refresh: the pane just shown cannot take focus before it is displayed
+        self.call_after_refresh(self.query_one(target).focus)
+        hint = "ctrl+s opens the pasted text" if event.pane.id == "tab-paste" else "enter or ctrl+s opens; a folder: every log"
+        self.query_one("#open-hint", Label).update(hint)
 
     @on(DirectoryTree.FileSelected)
     @on(DirectoryTree.DirectorySelected)
