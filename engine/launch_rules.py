@@ -206,6 +206,10 @@ _LOST_PEER = _lazy(r"Connection closed by peer|Connection reset by peer|ncclRemo
 _IN_STEP = _lazy(r"\bin (?:backward|_engine_run_backward|run_backward|all_reduce|allreduce)\b|\.backward\(\)")
 _SIGTERMED = _lazy(r"exitcode\s*:\s*-15\b")
 _OTHER_EXIT = _lazy(r"exitcode\s*:\s*(?!-15\b)-?\d+")
+# an exception line, with or without a rank prefix; the launcher's own ChildFailedError and signal reports are not a
+# rank's error
+_ERROR_LINE = _lazy(r"^\W*(?:\[(?:rank|default)?\d+\]:\s*)?(?:[\w.]+\.)?\w*(?:Error|Exception)\b(?::|$)")
+_TEARDOWN_ERROR = _lazy(r"ChildFailedError|SignalException|DistBackendError|DistNetworkError")
 PEER_EXITED_SCORE = 0.6
 STEP_WINDOW = 12  # frame lines above the lost-peer error that tell it was inside a step
 
@@ -223,6 +227,9 @@ def peer_exited_cleanly_rule(text: str, file: str) -> list:
         return []
     rank = m.group(1)
     lines = text.splitlines()
+    if any(_ERROR_LINE.search(line) and not _LOST_PEER.search(line) and not _TEARDOWN_ERROR.search(line)
+           for line in lines):
+        return []  # an error of some rank's own (an OOM, a NaN, a CUDA error): D20's crash, not a clean exit
     for at, line in enumerate(lines):
         if not _LOST_PEER.search(line) or (line.startswith("[rank") and not line.startswith(f"[rank{rank}]")):
             continue

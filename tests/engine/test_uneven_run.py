@@ -83,3 +83,9 @@ def test_a_peer_that_failed_too_is_no_clean_exit(catalog):
     assert "D9" in matches(run(catalog, SUMMARY.format(others="  <NO_OTHER_FAILURES>")))
     assert "D9" in matches(run(catalog, SUMMARY.format(others=TERMINATED)))  # torchrun's own teardown of the peer
     assert "D9" not in matches(run(catalog, SUMMARY.format(others=KILLED)))
+
+
+def test_a_rank_s_own_error_is_a_crash_not_a_clean_exit(catalog):
+    """The README's example: rank 2 ran out of memory and torchrun names it alone; the others' lost peer is D20's."""
+    oom = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    assert "D9" not in matches(run(catalog, oom + SUMMARY.format(others="  <NO_OTHER_FAILURES>")))
