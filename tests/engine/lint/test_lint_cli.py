@@ -246,3 +246,17 @@ def test_a_walked_folder_skips_broken_links_and_lints_a_linked_file_once(tmp_pat
     assert main(["lint", str(tmp_path), "--select", "D22", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert [Path(f["path"]).name for f in data["findings"]] == ["real.py"] and data["errors"] == []
+
+
+def test_prints_after_setup_for_distributed_are_rank_0_s_already():
+    """QA23 A12: DETR, DeiT and MAE replace builtins.print with a master-only print (setup_for_distributed)."""
+    from gpudoctor.engine.lint.runner import lint_source
+
+    body = ("import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "{setup}dist.init_process_group('nccl')\nmodel = DDP(torch.nn.Linear(2, 2))\n\n\ndef main():\n"
+            "    for epoch in range(3):\n        print(f'epoch {{epoch}} done')\n")
+    plain = lint_source(body.format(setup=""), "main.py", select=["D23"]).findings
+    quiet = lint_source(body.format(setup="from util.misc import setup_for_distributed\n"
+                                          "setup_for_distributed(dist.get_rank() == 0)\n"), "main.py",
+                        select=["D23"]).findings
+    assert [f.severity for f in plain] == ["note"] and quiet == ()
