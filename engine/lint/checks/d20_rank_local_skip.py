@@ -49,6 +49,7 @@ class RankLocalSkip(Check):
     summary = "a DDP loop skips a step on a NaN/inf check each rank makes alone: the ranks fall out of step and hang"
 
     def find(self, script):
+        yield from _lightning_skips(script)
         if not script.uses("DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard"):
             return
         for loop in script.index.of(ast.For):
@@ -57,3 +58,29 @@ class RankLocalSkip(Check):
                           f"`if {ast.unparse(stmt.test)[:50]}:` skips the step on this rank alone; the others go on "
                           "into the step's all-reduce and wait for it, and every later collective pairs the wrong "
                           "calls; decide it for all ranks (all_reduce the flag with MAX) before skipping")
+
+
+# Lightning under a multi-process strategy: training_step returning None skips the step on that rank alone
+# (Lightning's own warning: "Skipping the `training_step` by returning None in distributed training is not supported")
+_STRATEGIES = ("ddp", "fsdp", "deepspeed", "ddp_spawn", "ddp_find_unused_parameters_true", "ddp_notebook")
+
+
+def _lightning_skips(script):
+    if not script.mentions("LightningModule") or not any(f'"{s}' in script.text or f"'{s}" in script.text
+                                                         for s in _STRATEGIES):
+        return
+    for cls in script.index.of(ast.ClassDef):
+        if not any(ast.unparse(b).rsplit(".", 1)[-1] == "LightningModule" for b in cls.bases):
+            continue
+        for func in cls.body:
+            if not isinstance(func, ast.FunctionDef) or func.name != "training_step":
+                continue
+            for stmt in ast.walk(func):
+                if isinstance(stmt, ast.If) and _nonfinite_test(stmt.test) is not None and any(
+                        isinstance(s, ast.Return) and (s.value is None or
+                                                       (isinstance(s.value, ast.Constant) and s.value.value is None))
+                        for s in stmt.body):
+                    yield Hit(stmt.lineno, stmt.col_offset,
+                              f"training_step returns None when `{ast.unparse(stmt.test)[:40]}`: under a multi-process "
+                              "strategy this rank skips the step's gradient all-reduce and the others wait in it; "
+                              "decide the skip for all ranks, or zero the loss instead of returning None")

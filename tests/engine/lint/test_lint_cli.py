@@ -260,3 +260,16 @@ def test_prints_after_setup_for_distributed_are_rank_0_s_already():
                                           "setup_for_distributed(dist.get_rank() == 0)\n"), "main.py",
                         select=["D23"]).findings
     assert [f.severity for f in plain] == ["note"] and quiet == ()
+
+
+@pytest.mark.parametrize("strategy, flagged", [("ddp", True), ("auto", False)])
+def test_a_lightning_training_step_returning_none_on_a_nan_is_d20_under_ddp(strategy, flagged):
+    """QA23 A9: the catalogue's Lightning form of a rank-local skip."""
+    from gpudoctor.engine.lint.runner import lint_source
+
+    text = ("import torch\nimport lightning as L\n\n\nclass Model(L.LightningModule):\n"
+            "    def training_step(self, batch, batch_idx):\n        loss = self.layer(batch).sum()\n"
+            "        if not torch.isfinite(loss):\n            return None\n        return loss\n\n\n"
+            f"trainer = L.Trainer(strategy='{strategy}', devices=8)\n")
+    lines = [f.line for f in lint_source(text, "m.py", select=["D20"]).findings]
+    assert lines == ([8] if flagged else [])
