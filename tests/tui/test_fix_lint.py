@@ -167,7 +167,7 @@ async def test_a_command_fix_is_planned_from_the_command_and_params_typed_on_the
         app.open_fix("MN8")
         await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None, what="plan")
         screen = app.screen
-        assert not screen.plan.fixes and "give --cmd" in screen.shown_text
+        assert not screen.plan.fixes and "press c and give the launch command" in screen.shown_text  # QA23 T1: keys, not CLI options
         screen.query_one("#fix-params").value = "bad_gpu=nine"
         await pilot.press("c")
         await pilot.press(*"torchrun --nproc-per-node=4 train.py")

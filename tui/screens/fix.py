@@ -30,6 +30,19 @@ def diff_text(diff: str) -> Text:
     return out
 
 
+# the planner speaks in the CLI's options; on this screen the same inputs are keys and fields
+_TUI_WORDS = (("give --script train.py", "press s and give the script"),
+              ('give --cmd "..." (the launch command)', "press c and give the launch command"),
+              ("give --param ", "type in the params field "),
+              ("give --config FILE", "run `gpudoctor fix --config FILE` in a shell"))
+
+
+def in_tui(note: str) -> str:
+    for cli, tui in _TUI_WORDS:
+        note = note.replace(cli, tui)
+    return note
+
+
 def render_plan(plan, pointed=None) -> Group:
     parts = []
     if pointed is not None and pointed.step:
@@ -52,10 +65,10 @@ def render_plan(plan, pointed=None) -> Group:
         if fix.edits:
             parts.append(diff_text(fix.diff()))
         for note in getattr(fix, "notes", ()):
-            parts.append(Text("  note: " + note, style="dim"))
+            parts.append(Text("  note: " + in_tui(note), style="dim"))
         parts.append(Text(""))
     for note in plan.notes:
-        parts.append(Text("note: " + note, style="dim"))
+        parts.append(Text("note: " + in_tui(note), style="dim"))
     if not parts:
         parts.append(Text(f"{plan.entry_id}: nothing to fix with these inputs", style="dim"))
     return Group(*parts)
