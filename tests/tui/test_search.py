@@ -94,3 +94,23 @@ async def test_a_failing_worker_is_reported_once_and_the_screen_recovers(make, c
         await pilot.press(*"nccl")
         await wait_until(pilot, lambda: screen.shown_query == "xnccl", what="a search after the failure")
         assert sum("index damaged" in str(n.message) for n in app._notifications) == 1
+
+
+async def test_rows_are_remade_for_the_new_width_after_a_resize(make):
+    """QA23 T1: rows made at 80 columns stayed cut at 80 after the terminal grew."""
+    from textual.widgets import OptionList
+
+    app = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        await pilot.press(*"every rank prints and saves")
+        await wait_until(pilot, lambda: screen.shown_query == "every rank prints and saves", what="results")
+
+        def longest() -> int:
+            results = screen.query_one("#results", OptionList)
+            return max(len(str(results.get_option_at_index(i).prompt)) for i in range(results.option_count))
+
+        narrow = longest()
+        await pilot.resize_terminal(160, 40)
+        await wait_until(pilot, lambda: longest() > narrow, what="wider rows")
+        assert screen.shown_query == "every rank prints and saves"

@@ -64,6 +64,27 @@ class SearchScreen(Screen):
         self.query_one("#preview", Static).update(
             f"{len(self.app.catalog)} entries · type to search · ctrl+o opens a log · ctrl+r runs every probe")
 
+    def _fill(self, hits) -> None:
+        results = self.query_one("#results", OptionList)
+        results.clear_options()
+        entries = self.app.catalog.entries
+        results.add_options([entry_option(entries[h.id], h.score, self.app.size.width) for h in hits
+                             if h.id in entries])
+        results.highlighted = 0 if results.option_count else None
+
+    def on_resize(self, event) -> None:
+        """The rows are cut to the width they were made for: remake them for the new one."""
+        if event.size.width == getattr(self, "filled_width", event.size.width):
+            self.filled_width = event.size.width
+            return
+        self.filled_width = event.size.width
+        highlighted = self.query_one("#results", OptionList).highlighted
+        if self.shown_query and getattr(self, "shown_hits", None) is not None:
+            self._fill(self.shown_hits)
+        elif not self.query_text:
+            self.show_all()
+        self.query_one("#results", OptionList).highlighted = highlighted
+
     @on(Input.Changed, "#query")
     def search(self, event: Input.Changed) -> None:
         query = event.value.strip()
@@ -99,12 +120,8 @@ class SearchScreen(Screen):
             return
         self.last_search_s = message.seconds
         self.shown_query = message.query
-        results = self.query_one("#results", OptionList)
-        results.clear_options()
-        entries = self.app.catalog.entries
-        results.add_options([entry_option(entries[h.id], h.score, self.app.size.width) for h in message.hits
-                             if h.id in entries])
-        results.highlighted = 0 if results.option_count else None
+        self.shown_hits = message.hits
+        self._fill(message.hits)
         self.call_after_refresh(setattr, self, "painted_query", message.query)
         preview = self.query_one("#preview", Static)
         if not message.hits:
