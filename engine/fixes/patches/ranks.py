@@ -73,30 +73,15 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
                     (after if tail in _BARRIERS else before).append(s)
                     continue
                 if isinstance(small, cst.Expr):
-                    hoisted, repl = [], {}
-                    for call in found:
-                        name = _value_name(call, taken)
-                        taken.add(name)
-                        hoisted.append(h.stmt(f"{name} = {h.code(call)}"))
-                        repl[h.code(call)] = name
-
-                    def swap(c, repl=repl):
-                        return cst.Name(repl[h.code(c)]) if h.code(c) in repl else None
-
+                    hoisted, swap = _hoist(found, taken)
                     before += hoisted
                     kept.append(h.replace_calls(s, swap))
                     continue
             if isinstance(s, cst.If) and all(_inside(call, s.test) for call in found):
                 # `if evaluate(model) > best: torch.save(...)`: every rank computes the value, rank 0 alone acts on it
-                hoisted, repl = [], {}
-                for call in found:
-                    name = _value_name(call, taken)
-                    taken.add(name)
-                    hoisted.append(h.stmt(f"{name} = {h.code(call)}"))
-                    repl[h.code(call)] = name
+                hoisted, swap = _hoist(found, taken)
                 before += hoisted
-                kept.append(s.with_changes(test=h.replace_calls(s.test, lambda c, repl=repl: cst.Name(repl[h.code(c)])
-                                                                 if h.code(c) in repl else None)))
+                kept.append(s.with_changes(test=h.replace_calls(s.test, swap)))
                 continue
             notes.append(f"moved a whole statement out of the rank-0 branch ({h.code(s).strip().splitlines()[0]}); "
                          "check that what it writes or prints is still rank 0's alone")
@@ -178,6 +163,21 @@ def _undecorate(func: cst.FunctionDef, split) -> cst.FunctionDef:
     decorators = [d for d in func.decorators if h.dotted(d.decorator) != name]
     return func.with_changes(decorators=decorators,
                              body=func.body.with_changes(body=[*before, *gate, *after]))
+
+
+def _hoist(found: list, taken: set[str]) -> tuple[list, object]:
+    """(`name = <call>` for each collective call, to run on every rank; a swap putting each name in its call's place)."""
+    hoisted, repl = [], {}
+    for call in found:
+        name = _value_name(call, taken)
+        taken.add(name)
+        hoisted.append(h.stmt(f"{name} = {h.code(call)}"))
+        repl[h.code(call)] = name
+
+    def swap(c):
+        return cst.Name(repl[h.code(c)]) if h.code(c) in repl else None
+
+    return hoisted, swap
 
 
 def _inside(node, tree) -> bool:
