@@ -37,8 +37,17 @@ class ModelChangedOnSomeRanks(Check):
                           f"{site.gate.node.lineno}); the other ranks keep the old shapes and DDP stops with \"DDP "
                           "expects same model across all ranks\": change the model on every rank, then wrap it")
         lazy = next((s for s in script.calls if s.attr and LAZY.match(s.attr)), None)
-        if lazy is not None:
+        if lazy is not None and not _forward_before_wrap(script, lazy, wraps[0]):
             yield Hit(lazy.line, lazy.node.col_offset,
                       f"{lazy.attr} has no parameter shapes until its first forward pass, and DDP refuses modules with "
                       f"uninitialized parameters (wrapped at line {wraps[0].line}): run one forward pass on a sample "
                       "batch before wrapping", severity="warning")
+
+
+def _forward_before_wrap(script, lazy, wrap) -> bool:
+    """The model DDP wraps is called once between the lazy layer's creation and the wrap (the dummy forward pass that
+    gives lazy layers their shapes, as D26's fix says)."""
+    if not wrap.node.args:
+        return False
+    model = ast.unparse(wrap.node.args[0])
+    return any(lazy.line < site.line < wrap.line and ast.unparse(site.node.func) == model for site in script.calls)

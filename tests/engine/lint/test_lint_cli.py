@@ -273,3 +273,14 @@ def test_a_lightning_training_step_returning_none_on_a_nan_is_d20_under_ddp(stra
             f"trainer = L.Trainer(strategy='{strategy}', devices=8)\n")
     lines = [f.line for f in lint_source(text, "m.py", select=["D20"]).findings]
     assert lines == ([8] if flagged else [])
+
+
+@pytest.mark.parametrize("warm, flagged", [(True, False), (False, True)])
+def test_lazy_layers_are_fine_after_the_dummy_forward_d26_prescribes(warm, flagged):
+    """QA23 A18: the warning stayed after the very forward pass it asks for."""
+    from gpudoctor.engine.lint.runner import lint_source
+
+    text = ("import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel "
+            "as DDP\n\ndist.init_process_group('gloo')\nmodel = torch.nn.Sequential(torch.nn.LazyLinear(4))\n"
+            + ("with torch.no_grad():\n    model(torch.zeros(1, 32))\n" if warm else "") + "model = DDP(model)\n")
+    assert bool(lint_source(text, "lazy.py", select=["D26"]).findings) == flagged
