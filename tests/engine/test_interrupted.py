@@ -48,19 +48,29 @@ def interrupted_log(tmp_path_factory) -> str:
     work = tmp_path_factory.mktemp("ctrl_c")
     (work / "job.py").write_text(JOB)
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "job.py", str(r), str(port)], cwd=work, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in (0, 1)]
+    # each rank writes to a file of its own: with pipes read one after the other, a rank whose output filled its
+    # pipe blocked on the write, alive, and its peer waited for it in the barrier past the timeout below
+    outs = [work / f"rank{r}.out" for r in (0, 1)]
+    handles = [open(out, "w") for out in outs]
+    procs = [subprocess.Popen([sys.executable, "job.py", str(r), str(port)], cwd=work, text=True, stdout=handle,
+                              stderr=subprocess.STDOUT) for r, handle in zip((0, 1), handles)]
     try:
-        for p in procs:
-            assert p.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 120
+        while not all("ready" in out.read_text() for out in outs):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), [o.read_text() for o in outs]
+            time.sleep(0.05)
         time.sleep(1.0)  # rank 0 is inside the barrier by now
         for p in procs:
             p.send_signal(signal.SIGINT)
-        return "".join(p.communicate(timeout=60)[0] for p in procs)
+        for p in procs:
+            p.wait(timeout=60)
+        return "".join(out.read_text() for out in outs)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+        for handle in handles:
+            handle.close()
 
 
 def _diagnose(tmp_path, text: str) -> tuple[int, dict]:
