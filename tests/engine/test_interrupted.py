@@ -40,6 +40,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def interrupted_log(tmp_path_factory) -> str:
     """Two real gloo ranks, rank 0 waiting in a barrier its peer never reaches, both sent SIGINT: torch prints each
@@ -52,8 +56,11 @@ def interrupted_log(tmp_path_factory) -> str:
     # pipe blocked on the write, alive, and its peer waited for it in the barrier past the timeout below
     outs = [work / f"rank{r}.out" for r in (0, 1)]
     handles = [open(out, "w") for out in outs]
+    # a shell that starts pytest in the background (`cmd &` without job control) has it ignore SIGINT, and the ranks
+    # would inherit that: Ctrl-C must reach them as it does at a terminal
     procs = [subprocess.Popen([sys.executable, "job.py", str(r), str(port)], cwd=work, text=True, stdout=handle,
-                              stderr=subprocess.STDOUT) for r, handle in zip((0, 1), handles)]
+                              stderr=subprocess.STDOUT, preexec_fn=_default_sigint)
+             for r, handle in zip((0, 1), handles)]
     try:
         deadline = time.monotonic() + 120
         while not all("ready" in out.read_text() for out in outs):
