@@ -96,6 +96,7 @@ class Script:
         self.full_state_dict = "FULL_STATE_DICT" in text or "full_state_dict=True" in text
         self.multiprocess = any(m in text for m in MULTIPROCESS_MARKERS)
         self._visit_block(self.tree.body, _Ctx())
+        self._ternary_gates()
         self._calls_in: dict[ast.AST | None, list[CallSite]] = {}
         for site in self.calls:
             self._calls_in.setdefault(site.func, []).append(site)
@@ -249,6 +250,24 @@ class Script:
                                            ctx.func, ctx.cls, ctx.gate, ctx.loop))
             elif node.__class__ is ast.JoinedStr or node.value.startswith(("cuda", "ddp")):
                 self.strings.append(StringSite(node, ctx.gate, ctx.func))
+
+    def _ternary_gates(self) -> None:
+        """`dist.all_reduce(x) if rank == 0 else x`: the calls in either arm of a conditional expression on the rank
+        are gated as an if statement's would be."""
+        ternaries = [n for n in self.index.of(ast.IfExp) if self.ranks.is_rank_test(n.test)]
+        if not ternaries:
+            return
+        arm: dict[int, Gate] = {}
+        for node in ternaries:
+            reason = _short(node.test)
+            for branch, part in (("body", node.body), ("else", node.orelse)):
+                gate = Gate(reason if branch == "body" else f"not ({reason})", node, branch)
+                for inner in ast.walk(part):
+                    if isinstance(inner, ast.Call):
+                        arm.setdefault(id(inner), gate)
+        for site in self.calls:
+            if site.gate is None and id(site.node) in arm:
+                site.gate = arm[id(site.node)]
 
     # --- call graph
     def calls_in(self, func: ast.AST | None) -> list[CallSite]:

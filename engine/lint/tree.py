@@ -21,7 +21,7 @@ COMPOUND = {
 }
 OWN_ATTR = "_gd_own"  # per statement: Call, JoinedStr and str Constant nodes of its own expressions, in order
 KEPT = (ast.Name, ast.Attribute, ast.keyword, ast.Import, ast.ImportFrom, ast.ClassDef, ast.Assign, ast.AnnAssign,
-        ast.FunctionDef, ast.AsyncFunctionDef, ast.Call, ast.For)  # the node types anyone asks for by type
+        ast.FunctionDef, ast.AsyncFunctionDef, ast.Call, ast.For, ast.IfExp)  # the node types anyone asks for by type
 _SCALAR_FIELDS = {"ctx", "id", "attr", "arg", "kind", "type_comment", "level", "module", "is_async", "conversion",
                   "simple", "name", "names", "asname"}
 

@@ -284,3 +284,16 @@ def test_lazy_layers_are_fine_after_the_dummy_forward_d26_prescribes(warm, flagg
             "as DDP\n\ndist.init_process_group('gloo')\nmodel = torch.nn.Sequential(torch.nn.LazyLinear(4))\n"
             + ("with torch.no_grad():\n    model(torch.zeros(1, 32))\n" if warm else "") + "model = DDP(model)\n")
     assert bool(lint_source(text, "lazy.py", select=["D26"]).findings) == flagged
+
+
+@pytest.mark.parametrize("expr, flagged", [("dist.all_reduce(loss) if self.rank == 0 else loss", True),
+                                           ("loss if self.rank != 0 else dist.all_reduce(loss)", True),
+                                           ("dist.all_reduce(loss) if self.training else loss", False)])
+def test_a_collective_in_a_conditional_expression_on_the_rank_is_d21(expr, flagged):
+    """QA23 L2: `return dist.all_reduce(loss) if self.rank == 0 else loss` was missed; the if statement was not."""
+    from gpudoctor.engine.lint.runner import lint_source
+
+    text = ("import torch.distributed as dist\n\n\nclass Trainer:\n    def __init__(self):\n"
+            "        self.rank = dist.get_rank()\n\n    def reduce(self, loss):\n"
+            f"        return {expr}\n")
+    assert [f.line for f in lint_source(text, "t.py", select=["D21"]).findings] == ([9] if flagged else [])
