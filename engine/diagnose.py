@@ -78,7 +78,10 @@ def diagnose(
     # for a few MB the literal prefilter is faster than loading hyperscan; stdin may be any size
     known = [s.size for s in sources]
     small = all(size is not None for size in known) and sum(known) < HYPERSCAN_FROM_BYTES
-    scanner = Scanner(patterns, use_hyperscan=use_hyperscan and not small, engine=engine)
+    # a pipe's size is known once its first 64 KiB are read (scan.py): a pasted line needs no hyperscan database
+    deferred = any(size is None for size in known)
+    scanner = Scanner(patterns, use_hyperscan=use_hyperscan and not small, engine=engine,
+                      big_from=HYPERSCAN_FROM_BYTES if deferred else None)
     scans: list[tuple[Source, SourceScan]] = []
     inputs: list[InputSummary] = []
     dumps = []

@@ -135,22 +135,12 @@ def _specific_index(catalog):
                 yield owners[keys[k]], phrases[keys[k]], ratio
 
         def _phrase_table(self):
-            table = self.__dict__.get("_table")
-            if table is None:
-                owners, phrases, by_word, always = [], [], {}, []
-                for i, entry_phrases in enumerate(self.phrases):
-                    for phrase in entry_phrases:
-                        if len(phrase) >= 12:
-                            k = len(phrases)
-                            owners.append(i)
-                            phrases.append(phrase)
-                            words = set(_LONG_WORD.findall(phrase))
-                            for word in words:
-                                by_word.setdefault(word, []).append(k)
-                            if not words:
-                                always.append(k)
-                table = self.__dict__["_table"] = (owners, phrases, by_word, always)
-            return table
+            """The index's phrase table (cached with it); built here from an index cached before it had one."""
+            if not self.phrase_table:
+                from gpudoctor.kb.search import phrase_table
+
+                self.phrase_table = phrase_table(self.phrases)
+            return self.phrase_table
 
         def _mass(self, phrase: str) -> float:
             from gpudoctor.kb.search import tokenize
@@ -163,7 +153,7 @@ def _specific_index(catalog):
     return FailureLineIndex(**vars(catalog.search_index()))
 
 
-_LONG_WORD = _lazy(r"[a-z0-9]{5,}")
+_LONG_WORD = _lazy(r"[a-z0-9]{5,}")  # kb/search.py's LONG_WORD, which its phrase table is keyed by
 WHOLE_PHRASE = 0.8  # a phrase this long against the line is the line itself, pasted
 PRIOR_GAIN = 1.0  # how much a signature score under the report threshold adds to an entry's standing
 

@@ -191,11 +191,14 @@ class _Prefixed:
 class Scanner:
     """Reads streams block by block; an engine (hyperscan, re2, python) proposes lines, Python re verifies them."""
 
-    def __init__(self, patterns: PatternSet, *, use_hyperscan: bool = True, engine: str | None = None):
+    def __init__(self, patterns: PatternSet, *, use_hyperscan: bool = True, engine: str | None = None,
+                 big_from: int | None = None):
         self.patterns = patterns
         # small inputs: loading hyperscan's database costs more than it saves; re2 builds in milliseconds,
-        # and for a file under TINY bytes the Python engine needs no compiled set at all
-        self._small = engine is None and not use_hyperscan
+        # and for a file under TINY bytes the Python engine needs no compiled set at all. big_from: inputs of
+        # unknown size (a pipe) pick their engine once their size is known, the fastest one from big_from bytes
+        self._big_from = big_from if engine is None and use_hyperscan else None
+        self._small = engine is None and (not use_hyperscan or self._big_from is not None)
         self._matchers: dict[str, object] = {}
         self.matcher = None if self._small else self._matcher(engine)
         self.engine = self.matcher.name if self.matcher is not None else "python"
@@ -218,7 +221,13 @@ class Scanner:
         if size_hint is None:  # a pipe: most are a pasted error, which needs no 17 MB buffer
             stream, size_hint = _sniff(stream)
         if self._small:
-            self.matcher = self._matcher("python" if size_hint is not None and size_hint < TINY else "re2")
+            if size_hint is not None and size_hint < TINY:
+                name = "python"
+            elif self._big_from is not None and (size_hint is None or size_hint >= self._big_from):
+                name = None  # the fastest installed: hyperscan where it is
+            else:
+                name = "re2"
+            self.matcher = self._matcher(name)
             self.engine = self.matcher.name
         # a small file gets a small buffer: zeroing 17 MB costs more than scanning 10 KB
         chunk = CHUNK if size_hint is None else max(1 << 16, min(CHUNK, size_hint + 1))

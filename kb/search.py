@@ -242,6 +242,27 @@ class Hit:
     matched: tuple[str, ...]  # query terms that matched, as the user typed them
 
 
+LONG_WORD = r"[a-z0-9]{5,}"  # a word of five or more letters or digits, as engine/possible.py reads a failure line
+
+
+def phrase_table(phrases: list[tuple[str, ...]]) -> tuple:
+    """SearchIndex.phrase_table, built once with the index (and cached on disk with it)."""
+    long_word = re.compile(LONG_WORD)
+    owners, flat, by_word, always = [], [], {}, []
+    for i, entry_phrases in enumerate(phrases):
+        for phrase in entry_phrases:
+            if len(phrase) >= 12:
+                k = len(flat)
+                owners.append(i)
+                flat.append(phrase)
+                words = set(long_word.findall(phrase))
+                for word in words:
+                    by_word.setdefault(word, []).append(k)
+                if not words:
+                    always.append(k)
+    return owners, flat, by_word, always
+
+
 @record
 class SearchIndex:
     ids: list[str]
@@ -254,6 +275,9 @@ class SearchIndex:
     bigrams: list[frozenset[tuple[str, str]]]
     phrases: list[tuple[str, ...]]  # lower-cased error strings and symptoms for the phrase bonus
     lines: list[tuple[frozenset[str], ...]]  # per entry: the terms of its title and of each paraphrase
+    # (owner entry of each phrase of 12+ characters, those phrases, long word -> their numbers, the numbers of those
+    # with no long word): engine/possible.py scores only the phrases sharing a long word with a failure line
+    phrase_table: tuple = ()
 
     @classmethod
     def build(cls, entries: Iterable[Entry]) -> "SearchIndex":
@@ -287,7 +311,7 @@ class SearchIndex:
         avg = {f: (sum(v) / len(v) if v else 0.0) or 1.0 for f, v in lengths.items()}
         return cls(
             ids=[e.id for e in entries], counts=counts, lengths=lengths, avg_length=avg, df=df,
-            vocab=sorted(df), bigrams=bigrams, phrases=phrases, lines=lines,
+            vocab=sorted(df), bigrams=bigrams, phrases=phrases, lines=lines, phrase_table=phrase_table(phrases),
         )
 
     def _expand(self, term: str) -> list[tuple[str, float]]:
