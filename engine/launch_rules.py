@@ -14,9 +14,10 @@
   a log where no rank printed an error: the rank that ended said nothing, as a process killed by a signal does, and
   the usual sender is the host's OOM killer (a possible D28); when the ranks' last lines are the model loading, before
   any training step, it is the copy of the model each rank holds in host memory (D28).
-- torchrun's failure summary naming one rank and "<NO_OTHER_FAILURES>", that rank having lost its peer inside a
-  training step's collective (the DDP backward, an all-reduce): the peer ended with exit code 0 while the step still
-  waited for it, so it ran out of batches first (D9, the uneven shards' hang, as a real gloo run shows it)."""
+- A rank that lost its peer inside a training step's collective (the DDP backward, an all-reduce) while torchrun's
+  failure summary shows that peer failing in no way of its own (not listed, stopped by the agent's SIGTERM, or aborted
+  in its teardown): the peer ended its loop while the step still waited for it, so it ran out of batches first (D9,
+  the uneven shards' hang, as a real gloo run shows it in its three endings)."""
 from __future__ import annotations
 
 import re
@@ -195,17 +196,17 @@ def _loading_line(before: list[str], first_no: int) -> tuple[int, str] | None:
     return None
 
 
-# torch/distributed/elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg (torch 1.9-2.x): the
-# failures other than the root cause, or "<NO_OTHER_FAILURES>"; then "Root Cause (first observed failure):" and the
-# rank's "rank      : 0 (local_rank: 0)"
-_ROOT_RANK = _lazy(r"Root Cause \(first observed failure\):[ \t]*\n?[ \t]*\[\d+\]:[ \t]*\n?[ \t]*time[ \t]*:[^\n]{0,200}\n"
-                   r"[ \t]*host[ \t]*:[^\n]{0,200}\n[ \t]*rank[ \t]*:[ \t]*(\d+)")  # bounded: one pass over a huge line
+# torch/distributed/elastic/multiprocessing/errors/__init__.py ChildFailedError.format_msg (torch 1.9-2.x): after
+# "Failures:", each other failed rank or "<NO_OTHER_FAILURES>", then "Root Cause (first observed failure):", each with
+# "rank      : 0 (local_rank: 0)" and "exitcode  : 1 (pid: 8652)"
 # the rank's peer went away: gloo's pair ("Connection closed by peer", "Connection reset by peer"), NCCL's remote error
 _LOST_PEER = _lazy(r"Connection closed by peer|Connection reset by peer|ncclRemoteError|remote process exited")
 # a training step's collectives: the DDP gradient all-reduce under backward, an explicit all-reduce
 _IN_STEP = _lazy(r"\bin (?:backward|_engine_run_backward|run_backward|all_reduce|allreduce)\b|\.backward\(\)")
-_SIGTERMED = _lazy(r"exitcode\s*:\s*-15\b")
-_OTHER_EXIT = _lazy(r"exitcode\s*:\s*(?!-15\b)-?\d+")
+# each failure of the summary: "rank      : 1 (local_rank: 1)" then "exitcode  : -6 (pid: 11164)"
+_FAILED = _lazy(r"rank\s*:\s*(\d+)[^\n]{0,40}\n\s*exitcode\s*:\s*(-?\d+)")
+_RANK_PREFIX = _lazy(r"\[(?:rank)?(\d+)\]:")
+SUMMARY_CHARS = 20_000  # torchrun's failure summary: a few lines per failed rank
 # an exception line, with or without a rank prefix; the launcher's own ChildFailedError and signal reports are not a
 # rank's error
 _ERROR_LINE = _lazy(r"^\W*(?:\[(?:rank|default)?\d+\]:\s*)?(?:[\w.]+\.)?\w*(?:Error|Exception)\b(?::|$)")
@@ -215,32 +216,41 @@ STEP_WINDOW = 12  # frame lines above the lost-peer error that tell it was insid
 
 
 def peer_exited_cleanly_rule(text: str, file: str) -> list:
-    """D9 when torchrun reports one failed rank and no other, and that rank lost its peer inside a step."""
+    """D9 when a rank lost its peer inside a step and torchrun's summary shows that peer failed in no way of its own:
+    it ended with exit code 0 (not listed), was stopped by the agent's SIGTERM, or aborted in its teardown
+    ("terminate called without an active exception": gloo's threads at exit, after the loop had ended)."""
     if "Root Cause" not in text or "Failures:" not in text:
         return []
-    m = _ROOT_RANK.search(text)
-    if m is None:
+    start = text.find("Failures:")
+    summary = text[start: start + SUMMARY_CHARS]
+    codes = {rank: int(code) for rank, code in _FAILED.findall(summary)}
+    if not codes:
         return []
-    others = text[text.rfind("Failures:", 0, m.start()): m.start()]
-    # another rank listed only as stopped by SIGTERM is the agent's own teardown after the root cause, not a failure
-    if "<NO_OTHER_FAILURES>" not in others and (not _SIGTERMED.search(others) or _OTHER_EXIT.search(others)):
-        return []
-    rank = m.group(1)
     lines = text.splitlines()
     if any(_ERROR_LINE.search(line) and not _LOST_PEER.search(line) and not _TEARDOWN_ERROR.search(line)
            for line in lines):
         return []  # an error of some rank's own (an OOM, a NaN, a CUDA error): D20's crash, not a clean exit
     for at, line in enumerate(lines):
-        if not _LOST_PEER.search(line) or (line.startswith("[rank") and not line.startswith(f"[rank{rank}]")):
+        if not _LOST_PEER.search(line):
             continue
+        prefix = _RANK_PREFIX.match(line)
+        lost = prefix.group(1) if prefix else None
+        if lost is None and len(codes) > 1:
+            return []  # which rank lost its peer cannot be told
+        peers = {r: c for r, c in codes.items() if r != lost} if lost is not None else {}
+        aborted_at_exit = "terminate called without an active exception" in text
+        if any(c != -15 and not (c == -6 and aborted_at_exit) for c in peers.values()):
+            return []  # a peer killed (-9) or failing with its own code: not a clean end of its loop
         if not any(_IN_STEP.search(frame) for frame in lines[max(0, at - STEP_WINDOW): at]):
             return []
-        root_no, root_line = line_at(text, m.start())
-        note = (f"torchrun names rank {rank} as the only failure: the peer it lost at line {at + 1} ended with exit "
-                f"code 0 while rank {rank} was inside a training step, so that peer ran out of batches first")
+        who = f"rank {lost}" if lost is not None else f"rank {next(iter(codes))}"
+        ended = ("ended with exit code 0" if not peers else
+                 "ended with no error of its own (stopped by the launcher, or aborted in its teardown)")
+        note = (f"{who} lost its peer inside a training step (line {at + 1}), and the peer {ended}: it ran out of "
+                "batches first")
+        summary_no, _ = line_at(text, start)
         return [Verdict("D9", "rule:peer-exited-cleanly", (
             Evidence(file, at + 1, line, "rule:peer-exited-cleanly"),
-            Evidence(file, root_no, f"torchrun's summary: rank {rank} is the root cause and no other rank failed on "
-                                    "its own (none, or only the agent's SIGTERM)", "because")),
+            Evidence(file, summary_no, f"torchrun's summary: no other rank failed on its own ({ended})", "because")),
             score=PEER_EXITED_SCORE, note=note)]
     return []

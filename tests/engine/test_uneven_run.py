@@ -89,3 +89,17 @@ def test_a_rank_s_own_error_is_a_crash_not_a_clean_exit(catalog):
     """The README's example: rank 2 ran out of memory and torchrun names it alone; the others' lost peer is D20's."""
     oom = "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
     assert "D9" not in matches(run(catalog, oom + SUMMARY.format(others="  <NO_OTHER_FAILURES>")))
+
+
+def test_a_peer_that_aborted_in_its_teardown_after_its_loop_is_a_clean_end(catalog):
+    """The run's third ending: rank 1 ran out of batches and aborted while its gloo threads shut down (torchrun's
+    root cause, SIGABRT, no error of its own); rank 0 lost it inside backward and was stopped by the agent."""
+    log = ("terminate called without an active exception\n" + SUMMARY.splitlines()[0] + "\n"
+           + "\n".join(SUMMARY.splitlines()[1:3]) + "\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\nFailures:\n[1]:\n"
+           "  time      : 2026-11-28_23:59:25\n  host      : localhost\n  rank      : 0 (local_rank: 0)\n"
+           "  exitcode  : -15 (pid: 11163)  (SIGTERM)\n------\nRoot Cause (first observed failure):\n[0]:\n"
+           "  time      : 2026-11-28_23:59:25\n  host      : localhost\n  rank      : 1 (local_rank: 1)\n"
+           "  exitcode  : -6 (pid: 11164)  (SIGABRT)\n")
+    assert matches(run(catalog, log))[:1] == ["D9"]
+    assert "D9" not in matches(run(catalog, log.replace("terminate called without an active exception\n", "")))
