@@ -230,6 +230,7 @@ def peer_exited_cleanly_rule(text: str, file: str) -> list:
     if any(_ERROR_LINE.search(line) and not _LOST_PEER.search(line) and not _TEARDOWN_ERROR.search(line)
            for line in lines):
         return []  # an error of some rank's own (an OOM, a NaN, a CUDA error): D20's crash, not a clean exit
+    aborted_at_exit = "terminate called without an active exception" in text
     for at, line in enumerate(lines):
         if not _LOST_PEER.search(line):
             continue
@@ -238,7 +239,6 @@ def peer_exited_cleanly_rule(text: str, file: str) -> list:
         if lost is None and len(codes) > 1:
             return []  # which rank lost its peer cannot be told
         peers = {r: c for r, c in codes.items() if r != lost} if lost is not None else {}
-        aborted_at_exit = "terminate called without an active exception" in text
         if any(c != -15 and not (c == -6 and aborted_at_exit) for c in peers.values()):
             return []  # a peer killed (-9) or failing with its own code: not a clean end of its loop
         if not any(_IN_STEP.search(frame) for frame in lines[max(0, at - STEP_WINDOW): at]):
