@@ -71,7 +71,13 @@ def _parse_signature(c, i: int, item: Any, seen: set[str]) -> Signature | None:
             compiled = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
             raise c.fail(f"{where}.regex", f"invalid regular expression: {exc}") from None
+        from gpudoctor.kb.backtracking import nested_repeat
         from gpudoctor.kb.literals import MIN_LITERAL, required_literals
+
+        if nested_repeat(pattern):
+            raise c.fail(f"{where}.regex", "a repeat inside a repeat, such as (a+)+ or (\\w+\\s?)*, can take the "
+                         "matcher exponential time on a line that almost matches; keep one loop, or begin or end each "
+                         "turn of the outer one with a character the inner one cannot match, as in \\d+(?:, \\d+)*")
 
         caseless = bool(compiled.flags & re.IGNORECASE)
         literals = required_literals(pattern, caseless)

@@ -58,6 +58,8 @@ def test_good_user_entry_loads_beside_builtins(tmp_path):
     [
         (("  - id: D8\n", "  - id: D8\n    why: x\n  - id: D99\n    why: nope\n  - id: D8\n"), "related[1]: unknown id 'D99'"),
         (("literal: \"nfs: server not responding\"", "regex: 'nfs: (server'"), "signatures[0].regex: invalid regular expression"),
+        (("literal: \"nfs: server not responding\"", "regex: 'nfs: (\\w+ ?)+responding'"),
+         "signatures[0].regex: a repeat inside a repeat"),
         (("weight: 0.9", "weight: 3"), "signatures[0].weight: expected a number in (0, 1]"),
         (("section: user", "section: gpus"), "section: unknown section 'gpus'"),
         (("log_visibility: shows", "log_visibility: maybe"), "log_visibility: expected 'shows' or 'never'"),
@@ -159,3 +161,44 @@ def test_two_installed_copies_keep_their_own_cache_files(tmp_path, monkeypatch):
     assert catalog_module._cache_path() == here
     load_catalog()
     assert here.stat().st_mtime_ns == stamp  # read, not rewritten
+
+
+@pytest.mark.parametrize("regex, risky", [
+    (r"XYZ(a+)+$", True),                       # the textbook case
+    (r"nfs: (\w+\s?)*timeout", True),           # words with an optional space: many ways to split a run
+    (r"step (.*)+ done", True),
+    (r"(?:x.*)+y", True),                       # the turn starts with x, but .* inside takes x too
+    (r"(?:[\w-]+-)+z", True),                    # the separator is one the inner class also takes
+    (r"Ranks? \d+(?:, \d+)* failed", False),     # a list fenced by ", "
+    (r"sizes \S+(?: \S+)*? appears", False),     # fenced by a space \S cannot take
+    (r"(?:\d+, )*end", False),                   # fenced at the end of each turn
+    (r"(?:(?:Process \d+|Including) has [\d.]+ MiB\. ?)*x", False),  # every branch starts with a letter
+    (r"(?:a|b)+c", False),                      # one loop only
+])
+def test_nested_repeats_are_told_from_fenced_lists(regex, risky):
+    from gpudoctor.kb.backtracking import nested_repeat
+
+    assert nested_repeat(regex) is risky
+
+
+def test_a_runbook_regex_that_backtracks_is_refused_and_diagnose_stays_fast(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    runbooks = tmp_path / "runbooks"
+    write(runbooks, "X6-redos.yaml", GOOD.replace("id: X1", "id: X6").replace(
+        "literal: \"nfs: server not responding\"", "regex: 'XYZ(a+)+$'"))
+    log = tmp_path / "run.log"
+    log.write_text("XYZ" + "a" * 40 + "b\nRuntimeError: Address already in use\n")
+    cli = [sys.executable, "-m", "gpudoctor"]
+    checked = subprocess.run(cli + ["validate", str(runbooks)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 1
+    assert "X6-redos.yaml: signatures[0].regex: a repeat inside a repeat" in checked.stdout + checked.stderr
+    began = time.monotonic()
+    # 40 letters would take Python's matcher hours: the signature is left out, with a warning, and the rest runs
+    ran = subprocess.run(cli + ["diagnose", "--kb", str(runbooks), "--engine", "python", str(log)],
+                         capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - began < 30
+    assert ran.returncode == 0 and "D4" in ran.stdout
+    assert "a repeat inside a repeat" in ran.stderr
