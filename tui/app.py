@@ -88,7 +88,7 @@ class GpuDoctorApp(App):
     def open_lint(self, path: str) -> None:
         from gpudoctor.tui.screens.lint import LintScreen
 
-        self.push_screen(LintScreen(path))
+        self.push_screen(LintScreen(path, cmd=self.cmd))
 
     def action_lint_script(self) -> None:
         from gpudoctor.tui.screens.open import OpenScreen

@@ -150,24 +150,11 @@ def _human(out, findings, result, command: str | None = None) -> None:
 
 
 def _with_command(result, args):
-    """The result with the launch command's findings added, filtered by --select / --ignore like the scripts'."""
-    from dataclasses import replace
+    """The result with the launch command's findings added (engine/lint/command.py), the script it names read from
+    here or from the files given."""
+    from gpudoctor.engine.lint.command import script_reader, with_command
 
-    from gpudoctor.engine.fixes.errors import FixError
-    from gpudoctor.engine.lint.command import check_command
-    from gpudoctor.engine.lint.runner import _norm
-
-    try:
-        found = check_command(args.cmd)
-    except FixError as exc:  # like an unreadable file: named, and the scripts are still linted
-        return replace(result, errors=tuple(result.errors) + (("launch command", str(exc)),))
-    select, ignore = _norm(args.select), _norm(args.ignore)  # the scripts' own reading of the two lists
-
-    def keep(f) -> bool:
-        keys = {f.entry_id, f.rule}
-        return (not select or bool(keys & select)) and not keys & ignore
-
-    return replace(result, findings=tuple(result.findings) + tuple(f for f in found if keep(f)))
+    return with_command(result, args.cmd, args.select, args.ignore, script_reader(args.paths))
 
 
 def _window(line: str, col_bytes: int, width: int) -> tuple[str, int]:

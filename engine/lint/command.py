@@ -10,8 +10,10 @@ COMMAND = "<launch command>"  # the path a command's findings carry
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 
-def check_command(cmd: str) -> list[LintFinding]:
-    """The command's findings (path COMMAND, line 1); a command gpudoctor cannot parse raises FixError."""
+def check_command(cmd: str, read_script=None) -> list[LintFinding]:
+    """The command's findings (path COMMAND, line 1); a command gpudoctor cannot parse raises FixError.
+    `read_script(path)` gives the text of the training script the command names, or None where it is not at hand:
+    with it, the checks that need the script too (MN5) run."""
     from gpudoctor.engine.fixes.launch import parse_launch
 
     launch = parse_launch(cmd)
@@ -37,6 +39,8 @@ def check_command(cmd: str) -> list[LintFinding]:
         hits.append(("D1", "no-launcher", "warning", message))
         hits.append(("D5", "no-launcher", "warning", message))
     hits += _literal_local_rank(launch)
+    if read_script is not None:
+        hits += _restarts(launch, read_script)
     visible = env.get("CUDA_VISIBLE_DEVICES")
     per_node = _int(launch.option("--nproc-per-node", "--nproc_per_node", "--num_gpus", "--num-gpus"))
     if visible is not None and per_node and launch.launcher in ("torchrun", "deepspeed"):
@@ -45,6 +49,59 @@ def check_command(cmd: str) -> list[LintFinding]:
             hits.append(("D27", "more-ranks-than-visible-gpus", "error",
                          f"{per_node} processes per node but CUDA_VISIBLE_DEVICES={visible} shows {count} GPU(s)"))
     return [LintFinding(COMMAND, 1, 0, entry, rule, severity, message) for entry, rule, severity, message in hits]
+
+
+def with_command(result, cmd: str, select=(), ignore=(), read_script=None):
+    """A lint result with the launch command's findings added, filtered by select / ignore like the scripts'; a
+    command that cannot be parsed is named among the errors, and the scripts' findings stay."""
+    from dataclasses import replace
+
+    from gpudoctor.engine.fixes.errors import FixError
+    from gpudoctor.engine.lint.runner import _norm
+
+    try:
+        found = check_command(cmd, read_script)
+    except FixError as exc:  # like an unreadable file: named, and the scripts are still linted
+        return replace(result, errors=tuple(result.errors) + (("launch command", str(exc)),))
+    select, ignore = _norm(select), _norm(ignore)  # the scripts' own reading of the two lists
+
+    def keep(f) -> bool:
+        keys = {f.entry_id, f.rule}
+        return (not select or bool(keys & select)) and not keys & ignore
+
+    return replace(result, findings=tuple(result.findings) + tuple(f for f in found if keep(f)))
+
+
+def script_reader(paths=(), base: str = "."):
+    """`read_script` for check_command: the named script relative to `base`, else a linted file of the same name;
+    None when neither is a readable file (a script on another machine is no finding)."""
+    import os
+
+    def read(name: str) -> str | None:
+        candidates = [os.path.join(base, name)]
+        candidates += [p for p in paths if os.path.basename(p) == os.path.basename(name)]
+        for path in candidates:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    return fh.read(4 << 20)
+            except OSError:
+                continue
+        return None
+
+    return read
+
+
+def _restarts(launch, read_script) -> list[tuple[str, str, str, str]]:
+    """MN5: torchrun --max-restarts above 0 with a training script that loads no checkpoint."""
+    from gpudoctor.engine.lint.checks.mn5_restarts_without_resume import loads_checkpoint, restart_message
+
+    restarts = launch.option("--max-restarts", "--max_restarts")
+    if launch.launcher != "torchrun" or launch.module or not (_int(restarts) or 0) > 0:
+        return []
+    body = read_script(launch.script)
+    if body is None or loads_checkpoint(body):
+        return []
+    return [("MN5", "restarts-without-resume", "warning", restart_message(restarts, launch.script))]
 
 
 def _torchrun(launch, env: dict) -> list[tuple[str, str, str, str]]:

@@ -207,3 +207,26 @@ async def test_a_fix_opened_from_a_finding_leads_with_the_step_its_log_calls_for
         assert "what this log calls for (step 4 of 6): When the duplicate save is inside a framework" in text
         assert "pip install -U 'transformers>=4.37'" in text
         assert not app.screen.plan.fixes and "rank-zero-side-effects: not planned" in text
+
+
+async def test_lint_view_shows_the_launch_commands_findings_beside_the_scripts(make, tmp_path):
+    """`gpudoctor tui --script train.py --cmd '...'`: the command's D2 and MN5 are listed as `lint --cmd` lists
+    them, marked as the command's and never pointing at a line of the script (QA23 T1)."""
+    from gpudoctor.engine.lint import lint_paths
+    from gpudoctor.engine.lint.command import COMMAND
+
+    script = tmp_path / "train.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\nfor step in range(9):\n"
+                      "    pass\n")
+    cmd = "torchrun --standalone --nnodes=2 --max-restarts=3 --nproc-per-node=2 train.py"
+    own = lint_paths([str(script)]).findings
+    app = make(script=str(script), cmd=cmd)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LintScreen) and app.screen.result is not None
+                         and app.screen.logfile is not None, what="lint")
+        screen = app.screen
+        from_cmd = [f for f in screen.result.findings if f.path == COMMAND]
+        assert sorted(f.entry_id for f in from_cmd) == ["D2", "MN5"]
+        assert [f for f in screen.result.findings if f.path != COMMAND] == list(own)
+        assert screen.query_one(LogView).evidence == {f.line for f in own}
+        assert "and the launch command" in str(screen.query_one("#lint-status").render())

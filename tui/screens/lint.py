@@ -18,8 +18,12 @@ SEVERITY_STYLE = {"error": "bold red", "warning": "bold yellow", "note": "cyan"}
 
 
 def finding_option(finding) -> Option:
-    # the column 1-based, as `gpudoctor lint` and editors count it (the JSON keeps ast's 0-based col)
-    line = Text.assemble((f"{finding.line:>4}:{finding.col + 1:<3}", "dim"), (f"{finding.severity:<8}",
+    # the column 1-based, as `gpudoctor lint` and editors count it (the JSON keeps ast's 0-based col); a finding of
+    # the launch command has no place in the script
+    from gpudoctor.engine.lint.command import COMMAND
+
+    where = " cmd    " if finding.path == COMMAND else f"{finding.line:>4}:{finding.col + 1:<3}"
+    line = Text.assemble((where, "dim"), (f"{finding.severity:<8}",
                          SEVERITY_STYLE.get(finding.severity, "")), (f"{finding.entry_id:<5}", "bold"),
                          f" {finding.message}", (" [fix]" if finding.fix_id else "", "green"))
     return Option(line)
@@ -34,9 +38,10 @@ class LintScreen(Screen):
         Binding("l", "focus_source", "Source", show=False),
     ]
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, cmd: str | None = None) -> None:
         super().__init__()
         self.path = path
+        self.cmd = cmd  # the launch command: its findings (D2, D27, MN5...) join the script's, as `lint --cmd` does
         self.result = None
         self.logfile = None
 
@@ -49,12 +54,16 @@ class LintScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = f"lint {self.path}"
-        path = self.path
+        path, cmd = self.path, self.cmd
 
         def run() -> None:
             from gpudoctor.engine.lint import lint_paths
+            from gpudoctor.engine.lint.command import script_reader, with_command
 
-            self.post_message(LintDone(lint_paths([path], jobs=1)))
+            result = lint_paths([path], jobs=1)
+            if cmd:
+                result = with_command(result, cmd, read_script=script_reader([path]))
+            self.post_message(LintDone(result))
             try:
                 logfile = LogFile(path)
             except OSError:
@@ -69,7 +78,7 @@ class LintScreen(Screen):
         findings = self.query_one("#lint-findings", OptionList)
         findings.clear_options()
         findings.add_options([finding_option(f) for f in result.findings])
-        status = Text(f"{len(result.findings)} finding(s) in {self.path}")
+        status = Text(f"{len(result.findings)} finding(s) in {self.path}" + (" and the launch command" if self.cmd else ""))
         for path, error in result.errors:
             status = Text(f"{path}: {error}", style="bold red")
         if result.findings:
@@ -89,9 +98,11 @@ class LintScreen(Screen):
         if self.result is None or self.logfile is None:
             return
         view = self.query_one("#lint-source", LogView)
-        view.evidence = {f.line for f in self.result.findings}
+        from gpudoctor.engine.lint.command import COMMAND
+
+        view.evidence = {f.line for f in self.result.findings if f.path != COMMAND}
         finding = self.finding
-        if finding is not None:
+        if finding is not None and finding.path != COMMAND:
             view.jump_to(finding.line)
         view.refresh()
 

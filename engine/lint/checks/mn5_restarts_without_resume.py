@@ -13,6 +13,16 @@ LOADS = ("torch.load", "load_state_dict", "load_checkpoint", "dcp.load", "checkp
          "resume", "from_pretrained", "fabric.load")
 
 
+def loads_checkpoint(body: str) -> bool:
+    """Whether a training script's text shows any way of loading a checkpoint or resuming."""
+    return any(word in body for word in LOADS)
+
+
+def restart_message(restarts: str, target: str) -> str:
+    return (f"--max-restarts={restarts} restarts {target} from scratch: it loads no checkpoint, so every restart "
+            "trains from step 0; save periodically and load the latest checkpoint at start")
+
+
 class RestartsWithoutResume(Check):
     code = "MN5"
     slug = "restarts-without-resume"
@@ -43,12 +53,10 @@ class RestartsWithoutResume(Check):
                     body = fh.read()
             except OSError:
                 continue
-            if any(word in body for word in LOADS):
+            if loads_checkpoint(body):
                 continue
             line, col = _locate(lines, start, i, "max")
-            yield Hit(line, col,
-                      f"--max-restarts={m.group(1)} restarts {target} from scratch: it loads no checkpoint, so every "
-                      "restart trains from step 0; save periodically and load the latest checkpoint at start")
+            yield Hit(line, col, restart_message(m.group(1), target))
 
 
 def _training_script(code: str) -> str | None:

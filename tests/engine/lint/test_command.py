@@ -89,3 +89,26 @@ def test_diagnose_cmd_confirms_the_rendezvous_guess(cli_proc, tmp_path):
     assert top["evidence"][0] == {"file": "launch command", "line": 0, "signature": "command:standalone-multinode",
                                   "text": "torchrun --standalone --nnodes=2 --nproc-per-node=8 x.py"}
     assert doc["fix"]["entry"] == "D2"
+
+
+def test_lint_cmd_runs_the_restart_check_on_the_script_it_names(cli_proc, tmp_path):
+    """torchrun --max-restarts with the training script at hand: MN5 when it loads no checkpoint, as the same
+    command in a .sh file gets (QA23 L2); nothing when it resumes, or when the script is not here to read."""
+    fresh = tmp_path / "train.py"
+    fresh.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\nfor step in range(9):\n"
+                     "    pass\n")
+    resumes = tmp_path / "resume.py"
+    resumes.write_text(fresh.read_text() + "state = torch.load('last.pt')\n")
+    cmd = "torchrun --max-restarts=3 --standalone --nproc-per-node=2 {}"
+    r = cli_proc("lint", str(fresh), "--cmd", cmd.format("train.py"), "--json")
+    found = [(f["entry_id"], f["path"]) for f in json.loads(r.out)["findings"]]
+    assert ("MN5", COMMAND) in found and r.code == 1
+    shell = tmp_path / "run.sh"
+    shell.write_text(cmd.format("train.py") + "\n")
+    assert "MN5" in {f["entry_id"] for f in json.loads(cli_proc("lint", str(shell), "--json").out)["findings"]}
+    r = cli_proc("lint", str(resumes), "--cmd", cmd.format("resume.py"), "--json", "--select", "MN5")
+    assert r.code == 0 and json.loads(r.out)["findings"] == []
+    r = cli_proc("lint", "--cmd", cmd.format("elsewhere.py"), "--json")
+    assert r.code == 0 and json.loads(r.out)["findings"] == []
+    assert check_command(cmd.format("train.py"), lambda name: fresh.read_text() if name == "train.py" else None)
+    assert rules(cmd.format("train.py")) == []  # no reader: the script is not consulted
