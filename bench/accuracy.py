@@ -57,7 +57,8 @@ BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "m
            "dev-1128m": (DEV, "manifest-h[0-9].yaml"), "sealed-1128m": (SEALED, "manifest-t[0-9].yaml"),
            "dev-1128n": (DEV, "manifest-j[0-9].yaml"), "sealed-1128n": (SEALED, "manifest-u[0-9].yaml"),
            "dev-1128o": (DEV, "manifest-[lm][0-9].yaml"), "sealed-1128o": (SEALED, "manifest-[vw][0-9].yaml"),
-           "dev-1128p": (DEV, "manifest-z[ab][0-9].yaml"), "sealed-1128p": (SEALED, "manifest-s[ab][0-9].yaml")}
+           "dev-1128p": (DEV, "manifest-z[ab][0-9].yaml"), "sealed-1128p": (SEALED, "manifest-s[ab][0-9].yaml"),
+           "dev-1129": (DEV, "manifest-z[c-f][0-9].yaml"), "sealed-1129": (SEALED, "manifest-x[a-d][0-9].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 # names collectors wrote for the same rows (a wrapper counts as the framework it runs on)
 FRAMEWORK_ALIASES = {"accelerate": "accelerate-hf", "transformers": "accelerate-hf", "hf": "accelerate-hf",
@@ -360,8 +361,8 @@ def main(argv=None) -> int:
                         help="also print each sealed-set miss (only after signatures are final)")
     parser.add_argument("--json", action="store_true", help="figures as JSON (sealed rows only with --show-sealed)")
     parser.add_argument("--batches", action="store_true",
-                        help="also show each collection batch apart (BATCHES in this file: dev-1127 to dev-1128p and "
-                             "sealed-1127 to sealed-1128p, collected on 2026-11-27 and 2026-11-28)")
+                        help="also show each collection batch apart (BATCHES in this file: dev-1127 to dev-1129 and "
+                             "sealed-1127 to sealed-1129, collected from 2026-11-27 to 2026-11-29)")
     parser.add_argument("--before-relabel", action="store_true",
                         help="count every `relabelled:` case as the label it had before: the negative it was until its entry "
                              "(D24, D25, D27, D28, MN8) joined the catalogue or widened to take in its cause (D8), or the "
