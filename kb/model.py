@@ -106,7 +106,7 @@ FIX_TRANSFORMS = {
               "accumulation-no-sync", "fsdp-reduce-dtype", "full-state-dict-offload", "fsdp-auto-wrap",
               "move-targets", "init-before-ddp", "reshape-on-every-rank", "collective-skip",
               "fsdp-sharding-strategy", "lr-scale-world-size", "local-rank-both-spellings",
-              "engine-backward", "master-port-setdefault"),
+              "engine-backward", "master-port-setdefault", "lazy-shapes-before-ddp"),
     "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage",
                "accelerate-fsdp-strategy"),
 }
@@ -123,6 +123,7 @@ FIX_FACTS = {
     "job_id": "rendezvous id shared by every node",
     "timeout_minutes": "collective timeout for init_process_group or the HF Trainer's ddp_timeout",
     "checkpoint": "path of the checkpoint to resume from",
+    "sample_input": "one input batch for a forward pass, as a Python expression (torch.zeros(1, 32, device=device))",
     "ds_config": "DeepSpeed JSON config to pass to the launcher",
     "zero_stage": "the ZeRO stage to raise a DeepSpeed config to",
     "offload": "where ZeRO stage 3 offloads optimizer states and weights (none or cpu)",

@@ -117,6 +117,8 @@ def parse_params(items) -> dict:
             raise FixError(f"--param {key}={value!r}: expected {check[1]}")
         if key in _PORTS and not 0 < int(value) < 65536:
             raise FixError(f"--param {key}={value}: expected a port from 1 to 65535")
+        if key in _EXPRESSIONS and not _one_expression(value):
+            raise FixError(f"--param {key}={value!r}: expected one Python expression, e.g. torch.zeros(1, 32)")
         facts[key] = int(value) if value.isdigit() else value
     return facts
 
@@ -135,6 +137,19 @@ _CHECKS = {
     "elastic_timeout": (_POSITIVE, "a whole number of seconds, 1 or more"),
 }
 _PORTS = {"port", "free_port", "rdzv_port"}
+_EXPRESSIONS = {"sample_input"}  # written into the script as code: one expression on one line, nothing else
+
+
+def _one_expression(value: str) -> bool:
+    import ast
+
+    if not value or "\n" in value or "\r" in value:
+        return False
+    try:
+        ast.parse(value, mode="eval")
+    except SyntaxError:
+        return False
+    return True
 
 
 def facts_from_diagnosis(diagnosis, logs=None) -> dict:

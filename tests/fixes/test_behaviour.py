@@ -119,3 +119,43 @@ def test_d22_same_shuffle_every_epoch_before_the_fix_and_a_new_one_after(tmp_pat
     for order in map(json.loads, orders):  # each epoch: half of the 64 samples, none twice
         assert len(order) == 32 and len(set(order)) == 32 and set(order) <= set(range(64))
 
+
+
+LAZY = """import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+model = torch.nn.Sequential(torch.nn.LazyLinear(8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+ddp = DDP(model)
+ddp(torch.zeros(4, 32)).sum().backward()
+print("trained on rank", dist.get_rank(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_d26_lazy_layers_refused_by_ddp_before_the_fix_and_trained_after(tmp_path):
+    """QA23 A18: a model with a LazyLinear is refused by DDP on every rank; `fix D26 --param sample_input=...`
+    runs one forward pass before the wrap, after which both ranks train and lint no longer flags the layer."""
+    from gpudoctor.engine.fixes.errors import NotApplicable
+    from gpudoctor.engine.fixes.patches import get
+    from gpudoctor.engine.lint import lint_source
+
+    script = tmp_path / "lazy.py"
+    script.write_text(LAZY)
+    assert [f.entry_id for f in lint_source(LAZY, "lazy.py", select=["D26"]).findings] == ["D26"]
+    codes, outs, _ = run_ranks(script)
+    assert codes[0] not in (0, None) and codes[1] not in (0, None), outs
+    assert all("uninitialized parameters" in out for out in outs), outs
+    patch = get("lazy-shapes-before-ddp")
+    with pytest.raises(NotApplicable, match="sample_input"):
+        patch(LAZY, str(script), {})
+    after, notes = patch(LAZY, str(script), {"sample_input": "torch.zeros(1, 32)"})
+    assert "model(torch.zeros(1, 32))" in notes[0]
+    script.write_text(after)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    assert "trained on rank 0" in outs[0] and "trained on rank 1" in outs[1]
+    assert not lint_source(after, "lazy.py", select=["D26"]).findings
+    with pytest.raises(NotApplicable, match="already runs a forward pass"):
+        patch(after, str(script), {"sample_input": "torch.zeros(1, 32)"})

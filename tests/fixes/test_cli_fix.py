@@ -247,14 +247,18 @@ def test_a_piped_log_is_read_as_a_file_is(tmp_path):
 
 @pytest.mark.parametrize("param", ["timeout_minutes=abc", "timeout_minutes=2.5", "timeout_minutes=-5",
                                    "timeout_minutes=0", "zero_stage=abc", "zero_stage=7", "nproc=abc", "nproc=-1",
-                                   "nnodes=abc", "rdzv_port=abc", "port=99999"])
+                                   "nnodes=abc", "rdzv_port=abc", "port=99999",
+                                   # code written into the script: one expression, never a statement or a new line
+                                   "sample_input=x; import os", "sample_input=torch.zeros(1,\n2)",
+                                   "sample_input=torch.zeros(1,", "sample_input="])
 def test_a_param_value_that_would_be_written_unchecked_is_a_usage_error(cli, param):
     """QA23 A17: some crashed with exit 3, others went into the script or the command as they were."""
     res = cli("fix", "MN3", "--param", param)
     assert res.code == 2 and f"--param {param.split('=')[0]}" in res.err and "internal error" not in res.err
 
 
-@pytest.mark.parametrize("param", ["nproc=gpu", "nnodes=1:4", "timeout_minutes=30", "zero_stage=3"])
+@pytest.mark.parametrize("param", ["nproc=gpu", "nnodes=1:4", "timeout_minutes=30", "zero_stage=3",
+                                   "sample_input=torch.zeros(1, 32, device=device)"])
 def test_good_param_values_pass(cli, param):
     assert cli("fix", "MN3", "--param", param).code in (0, 1)
 

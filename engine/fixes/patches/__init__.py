@@ -28,6 +28,7 @@ PATCHES = {
     "move-targets": "targets:move_targets",
     "init-before-ddp": "init_order:init_before_ddp",
     "reshape-on-every-rank": "reshape:reshape_on_every_rank",
+    "lazy-shapes-before-ddp": "reshape:lazy_shapes_before_ddp",
     "collective-skip": "skips:collective_skip",
     "fsdp-sharding-strategy": "sharding:fsdp_sharding_strategy",
     "lr-scale-world-size": "lr_scale:lr_scale_world_size",

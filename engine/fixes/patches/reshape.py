@@ -66,3 +66,64 @@ def reshape_on_every_rank(text: str, path: str, facts: dict) -> tuple[str, list[
         raise NotApplicable(f"{path}: no layers added or resized inside a rank-0 branch{why}")
     return module.code, [f"every rank now runs `{moved[-1][:60]}` (and what it depends on in that branch), so all "
                          "of them build the same model before DDP compares the shapes"]
+
+
+def lazy_shapes_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    """A model with lazy layers (nn.LazyLinear ...) gets one forward pass on `--param sample_input=EXPR` under
+    torch.no_grad() just before the statement that wraps it in DDP, which gives every lazy parameter its shape; DDP
+    refuses uninitialized parameters. The input is the user's: gpudoctor cannot know the model's input shape."""
+    import ast
+
+    from gpudoctor.engine.lint.checks.d26_model_changed_on_some_ranks import LAZY, WRAPPERS, _forward_before_wrap
+    from gpudoctor.engine.lint.script import Script
+
+    h.require_ddp(text, path)
+    try:
+        script = Script(text, path)
+    except SyntaxError as exc:
+        raise NotApplicable(f"{path}: not valid Python (line {exc.lineno})") from None
+    lazy = next((s for s in script.calls if s.attr and LAZY.match(s.attr)), None)
+    wrap = next((s for s in script.calls if s.attr in WRAPPERS and s.node.args), None)
+    if lazy is None or wrap is None:
+        raise NotApplicable(f"{path}: no lazy layer (nn.Lazy...) in a model that DDP wraps")
+    if _forward_before_wrap(script, lazy, wrap):
+        raise NotApplicable(f"{path}: the model already runs a forward pass before DDP wraps it (line {wrap.line})")
+    sample = facts.get("sample_input")
+    if not sample:
+        raise NotApplicable(f"{path}: {lazy.attr} (line {lazy.line}) needs one forward pass before DDP; give an input "
+                            "batch on the model's device, e.g. --param sample_input='torch.zeros(1, 32, device=device)'")
+    model = ast.unparse(wrap.node.args[0])
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    wrapper = MetadataWrapper(h.parse(text, path))
+    positions = wrapper.resolve(PositionProvider)
+    done: list[int] = []
+    compound = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef)
+
+    def warmed(originals, updated) -> list:
+        out = []
+        for old, s in zip(originals, updated):
+            span = positions[old]
+            if not done and span.start.line <= wrap.line <= span.end.line and not isinstance(old, compound):
+                warm = h.stmt(f"with torch.no_grad():\n    {model}({sample})\n")
+                warm = warm.with_changes(leading_lines=(*s.leading_lines, h.comment_line(
+                    "# lazy layers take their shapes from one forward pass; DDP refuses them before (D26)")))
+                out += [warm, s.with_changes(leading_lines=())]
+                done.append(span.start.line)
+                continue
+            out.append(s)
+        return out
+
+    class _Warm(cst.CSTTransformer):
+        def leave_IndentedBlock(self, original, updated):
+            return updated.with_changes(body=warmed(original.body, updated.body))
+
+        def leave_Module(self, original, updated):
+            return updated.with_changes(body=warmed(original.body, updated.body))
+
+    module = wrapper.module.visit(_Warm())
+    if not done:
+        raise NotApplicable(f"{path}: the DDP wrap on line {wrap.line} is not a statement of its own")
+    module = h.add_import(module, "import torch", "torch")
+    return module.code, [f"{model}({sample}) runs once under torch.no_grad() before DDP (line {done[0]}): the input "
+                         "must have the shape and device of a real batch"]
