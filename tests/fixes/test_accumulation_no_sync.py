@@ -61,6 +61,20 @@ def test_a_counter_changed_before_the_forward_opens_the_context_after_it():
     assert "    micro += 1\n    with (contextlib.nullcontext() if micro % accum_steps == 0 else model.no_sync()):\n" in new
 
 
+def test_a_counter_bumped_after_the_backward_is_read_ahead_in_the_context():
+    """QA23 L2, the commonest shape: `step += 1` between the backward and `if step % n == 0`. The context is entered
+    before the bump, so it reads the counter as it will be at the step: step becomes (step + 1)."""
+    new = _patch("for x in loader:\n"
+                 "    loss = model(x).sum() / accum_steps\n"
+                 "    loss.backward()\n"
+                 "    step += 1\n"
+                 "    if step % accum_steps == 0 and self.step > 0:\n"
+                 "        opt.step()\n")
+    assert ("    with (contextlib.nullcontext() if (step + 1) % accum_steps == 0 and self.step > 0 else "
+            "model.no_sync()):\n        loss = model(x).sum() / accum_steps\n        loss.backward()\n"
+            "    step += 1\n    if step % accum_steps == 0 and self.step > 0:\n") in new
+
+
 @pytest.mark.parametrize("source, why", [
     ("for b in loader:\n    model(b).sum().backward()\n    if i % 4 == 0:\n        opt.step()\n", "not a DDP script"),
     (HEAD + "for i, b in enumerate(loader):\n    with model.no_sync():\n        model(b).sum().backward()\n"
@@ -69,8 +83,10 @@ def test_a_counter_changed_before_the_forward_opens_the_context_after_it():
      "    if i % 4 == 0:\n        opt.step()\n", "wrapper"),
     (HEAD + "for i, b in enumerate(loader):\n    model(b).sum().backward()\n    opt.step()\n"
             "    if i % 4 == 0:\n        scheduler.step()\n", "no training loop"),  # steps every micro-batch
-    (HEAD + "for b in loader:\n    model(b).sum().backward()\n    n += 1\n    if n % 4 == 0:\n        opt.step()\n",
+    (HEAD + "for b in loader:\n    model(b).sum().backward()\n    n *= 2\n    if n % 4 == 0:\n        opt.step()\n",
      "changes between the backward and the step"),
+    (HEAD + "for b in loader:\n    model(b).sum().backward()\n    n += 1\n    n += 1\n    if n % 4 == 0:\n"
+            "        opt.step()\n", "changes between the backward and the step"),
     (HEAD + "for b in loader:\n    model(b).sum().backward()\n    if should_step() % 4 == 0:\n        opt.step()\n",
      "calls a function"),
     (HEAD + "for b in loader:\n    loss = compute(b)\n    loss.backward()\n    if k % 4 == 0:\n        opt.step()\n",

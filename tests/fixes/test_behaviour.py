@@ -159,3 +159,54 @@ def test_d26_lazy_layers_refused_by_ddp_before_the_fix_and_trained_after(tmp_pat
     assert not lint_source(after, "lazy.py", select=["D26"]).findings
     with pytest.raises(NotApplicable, match="already runs a forward pass"):
         patch(after, str(script), {"sample_input": "torch.zeros(1, 32)"})
+
+
+P6_COUNTER = """import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DDP(torch.nn.Linear(4, 1))
+reductions = []
+
+
+def counted(state, bucket):
+    reductions.append(1)
+    return torch.distributed.algorithms.ddp_comm_hooks.default_hooks.allreduce_hook(state, bucket)
+
+
+import torch.distributed.algorithms.ddp_comm_hooks.default_hooks  # noqa: E402
+model.register_comm_hook(None, counted)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+accum_steps = 4
+step = 0
+for x in [torch.randn(2, 4) for _ in range(8)]:
+    loss = model(x).sum() / accum_steps
+    loss.backward()
+    step += 1
+    if step % accum_steps == 0:
+        opt.step()
+        opt.zero_grad()
+print("reductions", len(reductions), "weight", [round(v, 6) for v in model.module.weight.flatten().tolist()], flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_p6_counter_loop_reduces_every_micro_step_before_the_fix_and_once_per_step_after(tmp_path):
+    """QA23 L2: `step += 1` after the backward, then `if step % accum_steps == 0`. Before: 8 all-reduces for 8
+    micro-batches; after: 2, one per optimizer step, and the weights every rank ends with are the same as before."""
+    from gpudoctor.engine.fixes.patches import get
+
+    script = tmp_path / "accum.py"
+    script.write_text(P6_COUNTER)
+    codes, before, _ = run_ranks(script)
+    assert codes == [0, 0], before
+    after_text, _ = get("accumulation-no-sync")(P6_COUNTER, str(script), {})
+    script.write_text(after_text)
+    codes, after, _ = run_ranks(script)
+    assert codes == [0, 0], after
+    counts = lambda outs: [int(re.search(r"reductions (\d+)", o).group(1)) for o in outs]  # noqa: E731
+    weights = lambda outs: [re.search(r"weight (\[.*\])", o).group(1) for o in outs]  # noqa: E731
+    assert counts(before) == [8, 8] and counts(after) == [2, 2]
+    assert weights(after) == weights(before) and weights(after)[0] == weights(after)[1]

@@ -65,8 +65,37 @@ def _assigned(stmt) -> set[str]:
     return names
 
 
-def _plan_loop(body: list, models: list[str]) -> tuple[int, int, cst.If, str] | str:
-    """(first, last) statement indexes to wrap, the step's if, and the model's name; or why the loop is left."""
+def _counter_bump(stmt) -> tuple[str, int] | None:
+    """`name += N` (a whole number) as a statement line of its own: (name, N), else None."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return None
+    aug = stmt.body[0]
+    if (isinstance(aug, cst.AugAssign) and isinstance(aug.operator, cst.AddAssign) and isinstance(aug.target, cst.Name)
+            and isinstance(aug.value, cst.Integer)):
+        return aug.target.value, int(aug.value.value)
+    return None
+
+
+class _ReadAhead(cst.CSTTransformer):
+    """A condition read before `n += N` has run, rewritten to the value it has after: n becomes (n + N)."""
+
+    def __init__(self, counted: dict[str, int]):
+        super().__init__()
+        self.counted = counted
+
+    def visit_Attribute(self, node) -> bool:
+        return False  # obj.step is not the counter step
+
+    def leave_Name(self, original, updated):
+        bump = self.counted.get(updated.value)
+        if bump is None:
+            return updated
+        return h.expr(f"({updated.value} + {bump})")
+
+
+def _plan_loop(body: list, models: list[str]) -> tuple[int, int, cst.BaseExpression, str] | str:
+    """(first, last) statement indexes to wrap, the condition that picks the reducing micro-batch as it reads at
+    the forward, and the model's name; or why the loop is left."""
     backward = next((k for k, s in enumerate(body) if _is_backward(s)), None)
     if backward is None:
         return "no backward()"
@@ -77,8 +106,17 @@ def _plan_loop(body: list, models: list[str]) -> tuple[int, int, cst.If, str] | 
     if any(h.call_name(c) not in SAFE_CALLS for c in h.calls(test)):
         return f"the step's condition `{h.code(test)}` calls a function, and would run twice"
     reads = h.variable_names(test)
-    if any(_assigned(body[k]) & reads for k in range(backward, step)):
-        return f"the step's condition `{h.code(test)}` changes between the backward and the step"
+    counted: dict[str, int] = {}  # `step += 1` between the backward and the step: read ahead in the context
+    for k in range(backward, step):
+        changed = _assigned(body[k]) & reads
+        if not changed:
+            continue
+        bump = _counter_bump(body[k])
+        if bump is None or bump[0] not in changed or bump[0] in counted or k == backward:
+            return f"the step's condition `{h.code(test)}` changes between the backward and the step"
+        counted[bump[0]] = bump[1]
+    if counted:
+        test = test.visit(_ReadAhead(counted))
     first = 0
     for k in range(backward):
         if _assigned(body[k]) & reads:
@@ -86,7 +124,7 @@ def _plan_loop(body: list, models: list[str]) -> tuple[int, int, cst.If, str] | 
     for k in range(first, backward + 1):  # the region opens at the forward: the data's move stays outside
         model = next((name for name in models if _mentions(body[k], name)), None)
         if model is not None:
-            return k, backward, body[step], model
+            return k, backward, test, model
     return "no forward of the DDP model before the backward, after the condition's last change"
 
 
@@ -116,8 +154,8 @@ def accumulation_no_sync(text: str, path: str, facts: dict) -> tuple[str, list[s
                     why.append(plan)
                 out.append(s)
                 continue
-            first, last, step_if, model = plan
-            context = h.expr(f"(contextlib.nullcontext() if {h.code(step_if.test)} else {model}.no_sync())")
+            first, last, test, model = plan
+            context = h.expr(f"(contextlib.nullcontext() if {h.code(test)} else {model}.no_sync())")
             wrapped = body[first:last + 1]
             with_stmt = cst.With(
                 items=[cst.WithItem(item=context)], body=cst.IndentedBlock(body=[
