@@ -91,7 +91,7 @@ def diagnose(
     dumps_text: dict[str, tuple[str, int | None]] = {}  # sources that held py-spy / faulthandler stack dumps
     texts: dict[str, str] = {}  # the whole text of small sources, for the possible tier's failure lines
     budget = CAPTURE_TOTAL
-    if not small:
+    if not small and all(s.path is not None for s in logs):  # a pipe is read here, by one process
         from gpudoctor.engine.parallel import scan_parallel
 
         # the rank reading of each finished source overlaps the workers' scanning of the rest

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import os
-from typing import Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: typing costs a short paste's start-up 3-4 ms
+    from typing import Callable
 
 from gpudoctor.engine.scan import KEEP_FIRST, KEEP_LAST, MAX_WINDOWS, TAIL_LINES, Hit, PatternHits, Scanner, SourceScan
 from gpudoctor.engine.sources import Source
@@ -135,12 +138,12 @@ def scan_parallel(scanner: Scanner, sources: list[Source], progress: Callable[[i
     caller's own work overlaps the workers' scanning. rank_tails[i]: whether source i wants each rank's last line.
     """
     tails = rank_tails if rank_tails is not None else [True] * len(sources)
-    import multiprocessing as mp
-
     n = workers()
     size = sum(s.size or 0 for s in sources)
     if n < 2 or size < PARALLEL_FROM_BYTES or any(s.path is None or s.flight for s in sources):
         return None
+    import multiprocessing as mp  # only past the size check: its import is 5 ms of a short paste's start-up
+
     try:
         ctx = mp.get_context("fork")
     except ValueError:  # no fork on this platform: one process it is

@@ -83,7 +83,10 @@ class PatternSet:
         self._compiled: list[re.Pattern | None] = [None] * len(patterns)
         self._bytes: dict[int, re.Pattern] = {}
         # patterns anchored at the start of a line's body: only they need the prefixes stripped to verify
-        self.anchored = frozenset(p.index for p in patterns if prefilter_regex(p.regex) != p.regex)
+        # (only a regex that opens with ^ or an inline flag can be one: the test skips the substitution for the rest,
+        # which was 5 ms of every start)
+        self.anchored = frozenset(p.index for p in patterns
+                                  if p.regex[:1] in ("^", "(") and prefilter_regex(p.regex) != p.regex)
         self.engines: dict[str, object] = {}  # compiled engine databases, built once per pattern set
 
     def bytes_regex(self, index: int) -> re.Pattern:

@@ -20,7 +20,8 @@ MATCH_ONLY = ["typing", "rapidfuzz", "gpudoctor.kb.search"]
 WARM_PARSES_MAX = 16
 
 
-def _run(log: Path) -> dict:
+def _run(log: Path, stdin: bool = False) -> dict:
+    source = "'-'" if stdin else repr(str(log))
     code = (
         "import io, json, sys\n"
         "import re._compiler as rc\n"
@@ -31,10 +32,11 @@ def _run(log: Path) -> dict:
         "    count[0] += 1\n"
         "    return parse(*a, **k)\n"
         "rc.compile = counting\n"
-        f"rc_ = main(['diagnose', '--no-color', {str(log)!r}], stdout=io.StringIO(), stderr=io.StringIO())\n"
+        f"rc_ = main(['diagnose', '--no-color', {source}], stdout=io.StringIO(), stderr=io.StringIO())\n"
         "print(json.dumps({'rc': rc_, 'parses': count[0], 'modules': sorted(sys.modules)}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    feed = log.read_text() if stdin else None
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, input=feed)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -67,6 +69,18 @@ def test_a_traceback_without_a_match_loads_no_dataclasses_either():
     assert "gpudoctor.engine.tracebacks" in loaded and "gpudoctor.kb.search" in loaded
     assert not loaded & set(NEVER), sorted(loaded & set(NEVER))
     assert warm["parses"] <= WARM_PARSES_MAX + 6, warm["parses"]  # rapidfuzz and the search compile a few
+
+
+def test_a_pasted_line_on_stdin_loads_neither_the_worker_pool_nor_multiprocessing(tmp_path):
+    """A pipe is scanned by this process whatever its size: the pool's module and multiprocessing (5 ms) stay out."""
+    log = tmp_path / "pasted.log"
+    log.write_text("RuntimeError: Default process group has not been initialized, please make sure to call "
+                   "init_process_group.\n")
+    _run(log, stdin=True)
+    warm = _run(log, stdin=True)
+    assert warm["rc"] in (0, 1)
+    loaded = set(warm["modules"])
+    assert not loaded & set(NEVER), sorted(loaded & set(NEVER))
 
 
 def test_the_catalogue_cache_leaves_the_parsed_markdown_to_its_own_file(monkeypatch):
