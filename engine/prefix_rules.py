@@ -190,6 +190,24 @@ def _h_dmesg_t(m: re.Match[str], acc: Acc) -> None:
     _time(acc, m.group(1), epoch(y, MONTHS[mon], d, day), day, None)
 
 
+def _h_month_time(m: re.Match[str], acc: Acc) -> None:
+    # moreutils `ts` by default: "Nov 29 12:00:01 " (no year, host or program, unlike syslog)
+    h, mi, s, frac = m.group(4, 5, 6, 7)
+    _time(acc, m.group(1), None, seconds_of_day(h, mi, s, frac), frac)
+
+
+def _h_clock(m: re.Match[str], acc: Acc) -> None:
+    # a bare time of day, "12:00:01 " or "[12:00:01.123] " (ts "%H:%M:%S", tqdm-free loggers, shell wrappers)
+    h, mi, s, frac = m.group(2, 3, 4, 5)
+    _time(acc, m.group(1), None, seconds_of_day(h, mi, s, frac), frac)
+
+
+def _h_pid_only(m: re.Match[str], acc: Acc) -> None:
+    # Ray's prefix for a plain remote task's output: "(pid=1234) " or "(pid=1234, ip=10.0.0.1) "
+    _first(acc, "pid", int(m.group(1)))
+    _first(acc, "host", m.group(2))
+
+
 def _h_dmesg(m: re.Match[str], acc: Acc) -> None:
     _time(acc, m.group(1), None, None, None)  # seconds since boot: kept as text only
 
@@ -252,9 +270,10 @@ def _rx(pattern: str) -> LazyRegex:
 
 _DIGITS = "0123456789"
 _LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
-TS_KINDS = frozenset({"iso", "iso_bracket"})
+TS_KINDS = frozenset({"iso", "iso_bracket", "month_time", "clock"})
 # what a log collector or scheduler may put outside srun's label
-OUTER_KINDS = frozenset({"iso", "iso_bracket", "iso_cri", "indent", "syslog", "dmesg"})
+OUTER_KINDS = frozenset({"iso", "iso_bracket", "iso_cri", "indent", "syslog", "dmesg", "month_time", "clock"})
+_CLOCK = r"((\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?)"
 _NCCL = (
     r"([A-Za-z0-9_][\w.-]{0,252}):(\d{1,10}):(\d{1,10}) \[(\d{1,4})\] "
     r"(?:([\w./-]{1,200}:\d{1,7}) )?(?:NCCL )?(INFO|WARN|TRACE|ABORT|ERROR|DEBUG)(?: |$)"
@@ -345,6 +364,18 @@ STRONG: tuple[Rule, ...] = (
         _h_syslog,
         "JFMASOND",
     ),
+    # moreutils `ts` ("python train.py 2>&1 | ts"): a month, a day and a time, then the line as it was
+    Rule(
+        "month_time",
+        _rx(r"((Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?)"
+            r"(?= )(?! [\w.-]{1,253} [\w./-]{1,100}(?:\[\d{1,10}\])?: ) "),
+        _h_month_time,
+        "JFMASOND",
+    ),
+    # a bare time of day before the line, plain or bracketed
+    Rule("clock", _rx(_CLOCK + r"(?: [-|] | )(?=\S)"), _h_clock, _DIGITS),
+    Rule("clock", _rx(r"\[" + _CLOCK + r"\] ?(?=\S)"), _h_clock, "["),
+    Rule("pid_only", _rx(r"\(pid=(\d{1,10})(?:, ip=([\w.:-]{1,100}))?\) ?(?=\S)"), _h_pid_only, "("),
     # torch 2.1-2.3: "[2023-10-20 10:24:10,690] torch.distributed.run: [WARNING] "
     Rule("logger_level", _rx(r"([\w.]{1,200}): \[" + _LEVEL_WORD + r"\] "), _h_logger_level, _LETTERS),
     Rule("nccl", _rx(_NCCL), _h_nccl, _LETTERS + _DIGITS),

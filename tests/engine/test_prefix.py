@@ -188,6 +188,25 @@ CASES = [
         "RuntimeError: x",
         {"rank": 0, "kinds": ("progress", "rank")},
     ),
+    # QA24 R7: `python train.py 2>&1 | ts` (moreutils' default format), a bare time, Ray's plain-task prefix
+    (
+        "Nov 29 12:00:01 [rank1]: ValueError: bad batch in rank 1",
+        "ValueError: bad batch in rank 1",
+        {"rank": 1, "day_s": 43201.0, "kinds": ("month_time", "rank")},
+    ),
+    (
+        "Nov  9 12:00:01.250 INFO starting",
+        "starting",
+        {"day_s": 43201.25, "level": "INFO", "kinds": ("month_time", "level")},
+    ),
+    ("12:00:01 [rank0]: Traceback (most recent call last):", "Traceback (most recent call last):",
+     {"rank": 0, "day_s": 43201.0, "kinds": ("clock", "rank")}),
+    ("[07:15:30] [default1]:training finished", "training finished",
+     {"local_rank": 1, "day_s": 26130.0, "kinds": ("clock", "tee")}),
+    ("(pid=1234) [rank1]: ValueError: x", "ValueError: x", {"pid": 1234, "rank": 1, "kinds": ("pid_only", "rank")}),
+    ("(pid=77, ip=10.0.0.3) hello", "hello", {"pid": 77, "host": "10.0.0.3", "kinds": ("pid_only",)}),
+    # a syslog line keeps its host and program: the `ts` rule steps aside for it
+    ("Nov 29 12:00:01 gpu-node1 kernel: NVRM: Xid 79", "NVRM: Xid 79", {"host": "gpu-node1", "kinds": ("syslog",)}),
 ]
 
 
@@ -216,6 +235,8 @@ def test_known_prefixes(line: str, body: str, fields: dict) -> None:
         "Epoch 1: loss 2.3",
         "Epoch 1:  20%|██ | 2/10 [00:01<00:04] loss 3",  # a bar with no record after it is the message
         "10:30 is when it broke",
+        "12:00:01",  # a time alone is the message
+        "(pid is 12) not Ray",
         "[Rank 0] Watchdog caught collective operation timeout",  # c10's own tag stays in the body
         "[default] Starting worker group",
         "some message: [INFO] not a logger prefix",

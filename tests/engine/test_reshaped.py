@@ -82,6 +82,20 @@ def test_a_crlf_log_is_diagnosed_as_the_same_log(catalog):
     assert [[(f.id, f.tier) for f in r.findings] for r in runs] == [[("D23", "match")]] * 2
 
 
+@pytest.mark.parametrize("column", ["Nov 29 12:00:01 ", "12:00:01 ", "[12:00:01] ", "(pid=1234) ",
+                                    "(pid=1234, ip=10.0.0.3) "])
+def test_ts_a_bare_time_and_rays_task_prefix_read_like_the_bare_log(catalog, column):
+    """QA24 R7: `| ts`, a time of day and Ray's "(pid=N)" before every line turned the confident match of a real
+    torchrun log into wrong guesses, and `ts` lines were glued together as if a hard-wrapped paste."""
+    log = (ROOT / "tests/data/logs/D23/resume-from-checkpoint-killed-mid-save.log").read_text()
+    runs = [diagnose(catalog, [Source("<stdin>", None, None)], stdin=io.BytesIO(text.encode()))
+            for text in (log, "".join(column + line for line in log.splitlines(keepends=True)))]
+    bare, prefixed = ([(f.id, f.tier, round(f.score, 3), [(e.line, e.signature) for e in f.evidence]) for f in r.findings]
+                      for r in runs)
+    assert bare and bare[0][1] == "match"
+    assert prefixed == bare
+
+
 # rich.traceback's box as HF accelerate/transformers print it: context lines around the failing one, a path too long
 # for its row moved the function name to the next row, one folded at the box's edge
 RICH = """[rank1]:╭───────────────────── Traceback (most recent call last) ─────────────────────╮
