@@ -210,3 +210,51 @@ def test_p6_counter_loop_reduces_every_micro_step_before_the_fix_and_once_per_st
     weights = lambda outs: [re.search(r"weight (\[.*\])", o).group(1) for o in outs]  # noqa: E731
     assert counts(before) == [8, 8] and counts(after) == [2, 2]
     assert weights(after) == weights(before) and weights(after)[0] == weights(after)[1]
+
+
+LAZY_CLASS = """import torch
+import torch.nn as nn
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.LazyLinear(16)
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.out(self.fc(x))
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = DDP(Net())
+    model(torch.randn(8, 4)).sum().backward()
+    print("trained on rank", dist.get_rank(), flush=True)
+    dist.destroy_process_group()
+
+
+main()
+"""
+
+
+def test_d26_lazy_layers_of_a_model_built_inside_the_ddp_call_are_materialised_on_that_model(tmp_path):
+    """QA24 R2: `DDP(Net())` got its forward pass on a second, throw-away Net(), so the wrapped one stayed lazy and the
+    run still failed while lint called it clean. The construction is now bound to a name that both use."""
+    from gpudoctor.engine.fixes.patches import get
+    from gpudoctor.engine.lint import lint_source
+
+    assert [f.entry_id for f in lint_source(LAZY_CLASS, "lazy.py", select=["D26"]).findings] == ["D26"]
+    after, _ = get("lazy-shapes-before-ddp")(LAZY_CLASS, str(tmp_path / "lazy.py"), {"sample_input": "torch.randn(8, 4)"})
+    assert "    net = Net()\n    with torch.no_grad():\n        net(torch.randn(8, 4))\n    model = DDP(net)\n" in after
+    # a forward on another instance of the class never counted as materialising the wrapped one
+    assert lint_source(LAZY_CLASS.replace("    model = DDP(Net())", "    Net()(torch.randn(8, 4))\n    model = DDP(Net())"),
+                       "lazy.py", select=["D26"]).findings
+    script = tmp_path / "lazy.py"
+    script.write_text(after)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    assert "trained on rank 0" in outs[0] and "trained on rank 1" in outs[1]
+    assert not lint_source(after, "lazy.py", select=["D26"]).findings

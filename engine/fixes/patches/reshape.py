@@ -68,6 +68,23 @@ def reshape_on_every_rank(text: str, path: str, facts: dict) -> tuple[str, list[
                          "of them build the same model before DDP compares the shapes"]
 
 
+class _WrapName(cst.CSTTransformer):
+    """The first DDP call whose first argument reads `built` (the statement that wraps the model), given `name`."""
+
+    def __init__(self, built: str, name: str):
+        super().__init__()
+        self.built, self.name = built, name
+        self.done = False
+
+    def leave_Call(self, original, updated):
+        if self.done or h.last(h.call_name(updated)) not in ("DDP", "DistributedDataParallel") or not updated.args:
+            return updated
+        if h.code(updated.args[0].value).strip() != self.built:
+            return updated
+        self.done = True
+        return updated.with_changes(args=[updated.args[0].with_changes(value=cst.Name(self.name)), *updated.args[1:]])
+
+
 def lazy_shapes_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     """A model with lazy layers (nn.LazyLinear ...) gets one forward pass on `--param sample_input=EXPR` under
     torch.no_grad() just before the statement that wraps it in DDP, which gives every lazy parameter its shape; DDP
@@ -93,6 +110,12 @@ def lazy_shapes_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list
         raise NotApplicable(f"{path}: {lazy.attr} (line {lazy.line}) needs one forward pass before DDP; give an input "
                             "batch on the model's device, e.g. --param sample_input='torch.zeros(1, 32, device=device)'")
     model = ast.unparse(wrap.node.args[0])
+    # DDP(Net()) builds the model inside the call: a forward on another Net() would leave the wrapped one lazy, so the
+    # construction is bound to a name first and both the forward and the wrap use it
+    built = model if isinstance(wrap.node.args[0], ast.Call) else None
+    if built is not None:
+        taken = {n.id for n in ast.walk(script.tree) if isinstance(n, ast.Name)}
+        model = next(name for name in ("net", "lazy_model", "lazy_model_0", "lazy_model_1") if name not in taken)
     from libcst.metadata import MetadataWrapper, PositionProvider
 
     wrapper = MetadataWrapper(h.parse(text, path))
@@ -105,10 +128,21 @@ def lazy_shapes_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list
         for old, s in zip(originals, updated):
             span = positions[old]
             if not done and span.start.line <= wrap.line <= span.end.line and not isinstance(old, compound):
+                first = [h.stmt(f"{model} = {built}")] if built is not None else []
                 warm = h.stmt(f"with torch.no_grad():\n    {model}({sample})\n")
-                warm = warm.with_changes(leading_lines=(*s.leading_lines, h.comment_line(
+                head = (first or [warm])[0]
+                head = head.with_changes(leading_lines=(*s.leading_lines, h.comment_line(
                     "# lazy layers take their shapes from one forward pass; DDP refuses them before (D26)")))
-                out += [warm, s.with_changes(leading_lines=())]
+                rest = s.with_changes(leading_lines=())
+                if built is not None:
+                    renamer = _WrapName(built, model)
+                    rest = rest.visit(renamer)
+                    if not renamer.done:
+                        out.append(s)
+                        continue
+                    out += [head, warm, rest]
+                else:
+                    out += [head, rest]
                 done.append(span.start.line)
                 continue
             out.append(s)

@@ -47,7 +47,7 @@ class ModelChangedOnSomeRanks(Check):
 def _forward_before_wrap(script, lazy, wrap) -> bool:
     """The model DDP wraps is called once between the lazy layer's creation and the wrap (the dummy forward pass that
     gives lazy layers their shapes, as D26's fix says)."""
-    if not wrap.node.args:
-        return False
+    if not wrap.node.args or isinstance(wrap.node.args[0], ast.Call):
+        return False  # DDP(Net()): a forward on any other Net() leaves the wrapped instance lazy
     model = ast.unparse(wrap.node.args[0])
     return any(lazy.line < site.line < wrap.line and ast.unparse(site.node.func) == model for site in script.calls)
