@@ -149,7 +149,7 @@ def apply_plan(plan: FixPlan, *, unsafe: bool = False, state_dir=None) -> ApplyR
                 raise FixError(f"internal: the edits of {path} do not follow each other")
         check_parses(shown, final)
         if current is not None and _read_only(path):  # a rename would replace it all the same
-            raise FixError(f"{shown}: read-only; nothing was written", "make it writable first if the fix is wanted")
+            raise FixError(f"{shown}: read-only; nothing was written (make it writable first if the fix is wanted)")
         todo.append((shown, path, current, final.encode("utf-8"), _mode(path)))
     if not todo:
         return ApplyResult((), tuple(unchanged), skipped, None)

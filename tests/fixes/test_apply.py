@@ -196,9 +196,11 @@ def test_a_read_only_file_is_refused_and_left_alone(tmp_path):
     path = tmp_path / "ro.py"
     path.write_text("x = 1\n")
     path.chmod(0o444)
-    with pytest.raises(FixError, match="read-only"):
+    with pytest.raises(FixError, match="read-only") as raised:
         apply_plan(_plan(_edit(path, "x = 1\n", "x = 2\n")), state_dir=tmp_path / "s")
     assert path.read_text() == "x = 1\n" and not (tmp_path / "s").exists()
+    # one sentence the CLI prints as it is, never the repr of an args tuple (QA24 R4)
+    assert str(raised.value) == f"{path}: read-only; nothing was written (make it writable first if the fix is wanted)"
 
 
 def test_an_edit_saved_while_the_journal_is_written_is_kept_and_nothing_changes(tmp_path, monkeypatch):
