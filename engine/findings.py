@@ -118,7 +118,11 @@ def build_findings(entries: dict[str, Entry], matched: dict[str, dict[str, Signa
         sigs = {sig.id: sig for sig in entry.signatures}
         # the lines of the strongest signatures first; context lines last
         evidence = sorted(_dedupe(evidence), key=lambda ev: (sigs[ev.signature].context, -sigs[ev.signature].weight,
-                                                              ev.file, ev.line))[:MAX_EVIDENCE]
+                                                              ev.file, ev.line))
+        # a context line that is all prefix (torchrun's empty banner line, whose logger path says torch.distributed)
+        # shows the reader nothing: it still counts, but it is not shown beside evidence that says something
+        shown = [ev for ev in evidence if not (sigs[ev.signature].context and _bare_prefix(ev.text))]
+        evidence = (shown or evidence)[:MAX_EVIDENCE]
         findings.append(Finding(
             id=eid, title=entry.title, score=round(adjusted[eid], 3), evidence=tuple(evidence),
             fix=entry.fix_summary, probes=entry.probes, signatures=tuple(used),
@@ -127,6 +131,12 @@ def build_findings(entries: dict[str, Entry], matched: dict[str, dict[str, Signa
         ))
     findings.sort(key=lambda f: (-f.score, f.consequence_of != (), f.id))
     return findings
+
+
+def _bare_prefix(text: str) -> bool:
+    from gpudoctor.engine.prefix import parse_prefix
+
+    return not parse_prefix(text).body.strip()
 
 
 def _explains(entry: Entry) -> tuple[str, ...]:

@@ -31,6 +31,17 @@ def test_a_collectors_timestamp_is_left_out_of_shown_evidence_and_kept_in_json(c
     assert doc["findings"][0]["evidence"][0]["text"].startswith("2024-05-01T12:34:56")  # the line as it is
 
 
+def test_a_context_line_that_is_all_prefix_is_not_shown_as_evidence(cli_proc):
+    """QA24 R6: torchrun's empty banner line (its logger path says torch.distributed) was shown as evidence."""
+    log = (b"W1129 00:56:16.532000 8452 torch/distributed/run.py:874] \n"
+           b"E1129 00:56:18.696000 8452 torch/distributed/elastic/multiprocessing/api.py:1002] failed "
+           b"(exitcode: -9) local_rank: 1 (pid: 8483) of binary: /usr/bin/python\n")
+    doc = json.loads(cli_proc("diagnose", "-", "--json", input=log).out)
+    top = doc["findings"][0]
+    assert top["id"] == "D28" and top["tier"] == "match"
+    assert [e["line"] for e in top["evidence"]] == [2]
+
+
 def test_dash_reads_stdin_and_json_follows_the_schema(cli_proc):
     r = cli_proc("diagnose", "-", "--json", input=PORT)
     assert r.code == 0
