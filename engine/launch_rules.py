@@ -211,6 +211,9 @@ SUMMARY_CHARS = 20_000  # torchrun's failure summary: a few lines per failed ran
 # rank's error
 _ERROR_LINE = _lazy(r"^\W*(?:\[(?:rank|default)?\d+\]:\s*)?(?:[\w.]+\.)?\w*(?:Error|Exception)\b(?::|$)")
 _TEARDOWN_ERROR = _lazy(r"ChildFailedError|SignalException|DistBackendError|DistNetworkError")
+# an explicit collective a traceback shows the rank in (torch.distributed's function names)
+_EXPLICIT = _lazy(r"\bin (barrier|monitored_barrier|broadcast|all_gather|all_gather_object|gather|reduce|scatter|"
+                  r"all_to_all|broadcast_object_list|gather_object|reduce_scatter)\b")
 PEER_EXITED_SCORE = 0.6
 STEP_WINDOW = 12  # frame lines above the lost-peer error that tell it was inside a step
 
@@ -241,11 +244,22 @@ def peer_exited_cleanly_rule(text: str, file: str) -> list:
         peers = {r: c for r, c in codes.items() if r != lost} if lost is not None else {}
         if any(c != -15 and not (c == -6 and aborted_at_exit) for c in peers.values()):
             return []  # a peer killed (-9) or failing with its own code: not a clean end of its loop
-        if not any(_IN_STEP.search(frame) for frame in lines[max(0, at - STEP_WINDOW): at]):
-            return []
+        frames = lines[max(0, at - STEP_WINDOW): at]
         who = f"rank {lost}" if lost is not None else f"rank {next(iter(codes))}"
         ended = ("ended with exit code 0" if not peers else
                  "ended with no error of its own (stopped by the launcher, or aborted in its teardown)")
+        if not any(_IN_STEP.search(frame) for frame in frames):
+            called = next((m.group(1) for frame in frames for m in [_EXPLICIT.search(frame)] if m), None)
+            if called is None or peers:
+                return []
+            # a collective of the script's own, outside a step, that the peer never came to: the peer had finished
+            note = (f"{who} waited in {called}() (line {at + 1}) while the peer {ended}: only some ranks called it, "
+                    "as a collective inside an `if rank == 0:` branch does (or one rank ran out of data first, D9)")
+            return [Verdict("D21", "hint:collective-the-peer-never-called", (
+                Evidence(file, at + 1, line, "hint:collective-the-peer-never-called"),
+                Evidence(file, line_at(text, start)[0],
+                         f"torchrun's summary: no other rank failed ({ended}); {who} was left in {called}()", "because")),
+                score=PEER_EXITED_SCORE, tier="possible", note=note)]
         note = (f"{who} lost its peer inside a training step (line {at + 1}), and the peer {ended}: it ran out of "
                 "batches first")
         summary_no, _ = line_at(text, start)

@@ -218,7 +218,12 @@ def judge(reports: dict[int, RankReport], world: int | None, orphans: list[Evide
                        f"rank{'s' if len(waiting) > 1 else ''} {_ranges([r.rank for r in waiting])} then timed out")
     if waiting and not crashed:
         silent = sorted(r.rank for r in reports.values() if r.error_kind is None and r.status not in ("missing", "no-init"))
-        if silent:
+        if silent and all(r.error_kind == "lost-peer" for r in waiting):
+            # the others lost the connection to it: it did not hang, it left (finished early, or died without a word)
+            verdict.append(f"rank{'s' if len(silent) > 1 else ''} {_ranges(silent)} printed no error and left while "
+                           "the others still waited for it: it ended early (finished its loop, or died without a "
+                           "word)")
+        elif silent:
             verdict.append(f"rank{'s' if len(silent) > 1 else ''} {_ranges(silent)} printed no error "
                            "while the others timed out: the likeliest to have hung or died silently")
     return verdict

@@ -103,3 +103,45 @@ def test_a_peer_that_aborted_in_its_teardown_after_its_loop_is_a_clean_end(catal
            "  exitcode  : -6 (pid: 11164)  (SIGABRT)\n")
     assert matches(run(catalog, log))[:1] == ["D9"]
     assert "D9" not in matches(run(catalog, log.replace("terminate called without an active exception\n", "")))
+
+
+END_BARRIER = textwrap.dedent("""\
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    model = DDP(torch.nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    if rank == 0:
+        print("saved final checkpoint", flush=True)
+        dist.barrier()
+    print("training finished", flush=True)
+    dist.destroy_process_group()
+    """)
+
+
+def test_a_barrier_only_rank_0_reaches_after_the_loop_is_guessed_d21_and_the_script_confirms_it(tmp_path, catalog):
+    """QA24 R5: rank 1 finishes cleanly while rank 0 waits in a barrier of an `if rank == 0:` branch and loses it.
+    The guesses were D20/D28/D1, and "Which rank?" said the rank that finished had likely hung."""
+    from gpudoctor.engine.corroborate import corroborate, gather
+
+    (tmp_path / "train.py").write_text(END_BARRIER)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    log = done.stdout + done.stderr
+    assert done.returncode != 0 and "in barrier" in log, log[-3000:]
+    d = run(catalog, log)
+    assert not matches(d) and [f.id for f in d.findings][:1] == ["D21"], [(f.id, f.tier) for f in d.findings]
+    assert not any("hung" in line for line in d.verdict)
+    witnesses, _ = gather(script=str(tmp_path / "train.py"))
+    confirmed = corroborate(d, witnesses, catalog)
+    assert matches(confirmed)[:1] == ["D21"]
+    assert any(ev.file.endswith("train.py") and ev.line == 17 for ev in confirmed.findings[0].evidence)
