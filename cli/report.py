@@ -170,7 +170,7 @@ def _text_confirm(out: Out, possible, catalog, w: int) -> None:
 
 
 def _text_possible(diagnosis, out: Out, possible, w: int) -> None:
-    single = len(diagnosis.inputs) == 1
+    single = _Places(diagnosis)
     for k, f in enumerate(possible, 1):
         out.write("")
         label = f"{k:>2}. {f.id:<5}"
@@ -192,7 +192,7 @@ def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
         out.write(f"{out.style(label, 'id')} {title}{' ' * max(1, w - len(label) - len(title) - len(score) - 1)}{score}")
         if f.consequence_of:
             out.write("    " + out.style(f"likely a consequence of {', '.join(f.consequence_of)}, not the cause", "yellow"))
-        single = len(diagnosis.inputs) == 1
+        single = _Places(diagnosis)
         for e in f.evidence:
             _evidence(out, e, single, w)
         fix, which = _fix_lines(f)
@@ -236,11 +236,12 @@ def _text_ranks(diagnosis, out: Out, w: int) -> None:
         out.write("")
         out.write(out.style("Ranks", "bold"))
         out.write(out.style(f"  {'RANK':<5} {'STATUS':<9} {'DONE/ENQ':<9} {'INIT':<4} FIRST ERROR / LAST LINE", "dim"))
+        places = _Places(diagnosis)
         for r in shown_ranks(diagnosis.ranks, RANK_ROWS):
             seq = f"{_n(r.last_completed)}/{_n(r.last_enqueued)}"
             init = {True: "yes", False: "no", None: "-"}[r.init_complete]
             e = r.first_error or r.last_line
-            where = f"{_where(e, len(diagnosis.inputs) == 1)} {_body(e.text)}" if e else ""
+            where = f"{_where(e, places)} {_body(e.text)}" if e else ""
             style = {"died": "fail", "behind": "yellow", "no-init": "yellow", "missing": "dim"}.get(r.status)
             status = out.style(f"{r.status:<9}", style) if style else f"{r.status:<9}"
             used = len(f"  {r.rank:<5} {r.status:<9} {seq:<9} {init:<4} ")  # a long rank or count widens its column
@@ -338,11 +339,40 @@ def _md_evidence(evidence) -> list[str]:
     return lines
 
 
-def _where(e, single_input: bool) -> str:
+class _Places:
+    """How evidence is located in one report: by line alone when there is one input; otherwise by the file's name,
+    with as many of its folders as it takes to tell two files of one name apart (node0/rank0.log, node1/rank0.log)."""
+
+    __slots__ = ("single", "labels")
+
+    def __init__(self, diagnosis):
+        names = [i.name for i in diagnosis.inputs]
+        self.single = len(names) == 1
+        self.labels = unique_labels(names)
+
+
+def unique_labels(names: list[str]) -> dict[str, str]:
+    """Each path's shortest tail of components that no other path ends with."""
+    parts = {name: name.replace("\\", "/").rstrip("/").split("/") for name in names}
+    depth = {name: 1 for name in names}
+    for _ in range(8):
+        tails: dict[str, list[str]] = {}
+        for name in names:
+            tails.setdefault("/".join(parts[name][-depth[name]:]), []).append(name)
+        clashing = [n for group in tails.values() if len(group) > 1 for n in group if depth[n] < len(parts[n])]
+        if not clashing:
+            break
+        for name in clashing:
+            depth[name] += 1
+    return {name: "/".join(parts[name][-depth[name]:]) for name in names}
+
+
+def _where(e, places: _Places) -> str:
+    label = places.labels.get(e.file) or e.file.rsplit("/", 1)[-1]
     if e.line == 0:  # a finding from flight-recorder dumps, which have no lines
-        return _short(e.file.rsplit("/", 1)[-1])
-    own = single_input and not e.signature.startswith("script:")  # a script's line is never the log's
-    return f"line {e.line}" if own else f"{_short(e.file.rsplit('/', 1)[-1])}:{e.line}"
+        return _short(label)
+    own = places.single and not e.signature.startswith("script:")  # a script's line is never the log's
+    return f"line {e.line}" if own else f"{_short(label)}:{e.line}"
 
 
 def _body(text: str) -> str:
@@ -352,12 +382,12 @@ def _body(text: str) -> str:
     return " ".join(sanitize(parse_prefix(text).body).split())
 
 
-def _evidence(out: Out, e, single_input: bool, width: int) -> None:
+def _evidence(out: Out, e, places: _Places, width: int) -> None:
     """One evidence line, located and wrapped to at most two terminal lines."""
     import textwrap
 
     if e.signature == "cut-traceback":  # a traceback cut before its error: the frames it stopped in, joined
-        loc = f"frames of the traceback at {_where(e, single_input)}:"
+        loc = f"frames of the traceback at {_where(e, places)}:"
         out.write("    " + out.style(loc, "dim"))
         for ln in _wrap(" ".join(sanitize(e.text).split()), width - 8)[:2]:
             out.write("      " + ln)
@@ -369,7 +399,7 @@ def _evidence(out: Out, e, single_input: bool, width: int) -> None:
         return
     from gpudoctor.engine.columns import shown
 
-    loc = _where(e, single_input)
+    loc = _where(e, places)
     text = " ".join(sanitize(shown(e.text)).split())
     room = max(20, width - 4 - len(loc) - 2)
     if text.startswith("…") and len(text) > 2 * room:

@@ -250,7 +250,7 @@ def peer_exited_cleanly_rule(text: str, file: str) -> list:
                  "ended with no error of its own (stopped by the launcher, or aborted in its teardown)")
         if not any(_IN_STEP.search(frame) for frame in frames):
             called = next((m.group(1) for frame in frames for m in [_EXPLICIT.search(frame)] if m), None)
-            if called is None or peers:
+            if called is None:
                 return []
             # a collective of the script's own, outside a step, that the peer never came to: the peer had finished
             note = (f"{who} waited in {called}() (line {at + 1}) while the peer {ended}: only some ranks called it, "

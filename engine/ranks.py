@@ -86,8 +86,21 @@ def _hint(source, per_rank_files: bool) -> int | None:
     return source.local_rank_hint
 
 
+def _named_ranks(scan) -> set[int]:
+    """The ranks the file's own lines name in their prefixes ([rank2]:), read off its last lines and the first line of
+    each window around an error."""
+    texts = [text for _, text in scan.tail] + [lines[0] for _, _, lines in scan.windows if lines]
+    return {rank for rank in map(prefix_rank, texts) if rank is not None}
+
+
 def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank_files: bool) -> None:
     hint = _hint(source, per_rank_files)
+    if hint is not None:
+        named = _named_ranks(scan)
+        if named and hint not in named:
+            # the lines say which rank they are and the name disagrees: the number in the name was a local rank
+            # (node0/rank0.log and node1/rank0.log, a folder per node), and the lines' own ranks win
+            hint = named.pop() if len(named) == 1 else None
     init_hits = scan.hits.get(index["init-complete"])
     if init_hits:
         named = set()

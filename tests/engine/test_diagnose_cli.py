@@ -275,3 +275,21 @@ def test_log_text_in_markdown_outside_code_blocks_renders_as_text_not_html_or_li
     assert "table_open" in kinds and not kinds & {"html_inline", "html_block", "link_open", "image"}, kinds
     html = MarkdownIt("commonmark").enable("table").render(md)
     assert "<script>" not in html and "<img" not in html and "&lt;script&gt;" in html
+
+
+def test_per_node_folders_whose_files_are_named_by_local_rank_keep_each_ranks_own_lines(cli_proc, tmp_path):
+    """QA24 R1: node0/rank0.log and node1/rank0.log (local ranks) were merged into one rank 0 that showed rank 2's OOM,
+    and the table's labels (rank0.log:16 twice) could not be read back to a file."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "rank-crash-then-timeout"
+    for node, ranks in (("node0", (0, 1)), ("node1", (2, 3))):
+        (tmp_path / "mn" / node).mkdir(parents=True)
+        for local, rank in enumerate(ranks):
+            (tmp_path / "mn" / node / f"rank{local}.log").write_bytes((example / f"rank{rank}.log").read_bytes())
+    doc = json.loads(cli_proc("diagnose", str(tmp_path / "mn"), "--json").out)
+    by_rank = {r["rank"]: r for r in doc["ranks"]}
+    assert sorted(by_rank) == [0, 1, 2, 3]
+    assert by_rank[2]["status"] == "died" and by_rank[0]["status"] == "ok"
+    assert [s.rsplit("/", 2)[-2:] for s in by_rank[2]["sources"]] == [["node1", "rank0.log"]]
+    text = cli_proc("diagnose", str(tmp_path / "mn"), env={"COLUMNS": "80"}).out
+    row = next(line for line in text.splitlines() if line.startswith("  2 "))
+    assert "node1/rank0.log:16" in row
