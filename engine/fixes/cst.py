@@ -288,8 +288,10 @@ class Block:
     """Where a statement list sits: its function (None at module level), whether it is that scope's own
     body, and whether it runs inside a rank-0 branch."""
 
-    def __init__(self, scope, direct: bool, gated: bool):
+    def __init__(self, scope, direct: bool, gated: bool, originals=()):
         self.scope, self.direct, self.gated = scope, direct, gated
+        # the statements as parsed, in step with the list handed over: where they sit (a MetadataWrapper's positions)
+        self.originals = tuple(originals)
 
 
 class BodyRewriter(cst.CSTTransformer):
@@ -319,11 +321,11 @@ class BodyRewriter(cst.CSTTransformer):
 
     def leave_IndentedBlock(self, original, updated):
         scope = self.scopes[-1] if self.scopes else None
-        block = Block(scope, scope is not None and scope.body is original, any(self.gated))
+        block = Block(scope, scope is not None and scope.body is original, any(self.gated), original.body)
         return updated.with_changes(body=self.rewrite(list(updated.body), block))
 
     def leave_Module(self, original, updated):
-        return updated.with_changes(body=self.rewrite(list(updated.body), Block(None, True, False)))
+        return updated.with_changes(body=self.rewrite(list(updated.body), Block(None, True, False, original.body)))
 
 
 def rewrite_bodies(module: cst.Module, rewrite: Callable[[list, Block], list]) -> cst.Module:

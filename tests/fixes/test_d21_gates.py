@@ -103,3 +103,40 @@ def test_a_moved_statement_that_writes_makes_the_fix_unsafe(tmp_path):
     [fix] = [f for f in plan.fixes if f.action_id == "collective-out-of-rank-branch"]
     assert fix.safety == "unsafe" and "prints or writes" in fix.why
     assert not any(n.startswith("unsafe: ") for n in fix.notes)
+
+
+ONE_LINE = 'import torch, torch.distributed as dist\ndist.init_process_group("gloo")\nrank = dist.get_rank()\n'
+
+
+@pytest.mark.parametrize("source, expected", [
+    # QA24 R10: the one-line body crashed the planner (exit 3), in the CLI, the TUI and diagnose --script
+    ("if dist.get_rank() == 0: dist.barrier()\n", "dist.barrier()\n"),
+    # ... and inside a loop, with the save on the same line, it previewed a [safe] diff that was not Python
+    ("for step in range(3):\n    if rank == 0: torch.save({}, 'm.pt'); dist.barrier()\nprint('done')\n",
+     "for step in range(3):\n    if rank == 0:\n        torch.save({}, 'm.pt')\n    dist.barrier()\nprint('done')\n"),
+    # a save and the barrier on one line inside an indented branch: the save stays on rank 0
+    ("if rank == 0:\n    torch.save({}, 'ckpt.pt'); dist.barrier()\n",
+     "if rank == 0:\n    torch.save({}, 'ckpt.pt')\ndist.barrier()\n"),
+])
+def test_one_line_branches_and_shared_lines_are_split_before_the_collective_moves(source, expected):
+    import ast
+
+    after, notes = collective_out_of_rank_branch(ONE_LINE + source, "t.py", {})
+    ast.parse(after)
+    assert after == ONE_LINE + expected
+    assert not any(n.startswith("unsafe") for n in notes)
+
+
+@pytest.mark.parametrize("source", [
+    # QA24 R19: a barrier paired with the else branch's, and Hugging Face's download-on-rank-0-first pair, are correct
+    # code that lint calls clean; the "safe" rewrite turned them into a deadlock
+    "if rank == 0:\n    print('saving')\n    dist.barrier()\nelse:\n    dist.barrier()\nprint('done', rank)\n",
+    "if rank not in [-1, 0]:\n    dist.barrier()  # only the first process downloads\nmodel = 'load'\n"
+    "if rank == 0:\n    dist.barrier()\n",
+])
+def test_a_paired_barrier_is_left_alone(source):
+    from gpudoctor.engine.lint import lint_source
+
+    assert not lint_source(ONE_LINE + source, "t.py", select=["D21"]).findings
+    with pytest.raises(NotApplicable, match="met by the other ranks"):
+        collective_out_of_rank_branch(ONE_LINE + source, "t.py", {})

@@ -37,8 +37,45 @@ def _assigned(node) -> set[str]:
     return {h.dotted(t.target) for t in h.m.findall(node, h.m.AssignTarget())} - {""}
 
 
+def _flagged_lines(text: str, path: str) -> set[int]:
+    """The lines lint's D21 check flags: a collective that some ranks skip. A barrier paired with one in the else
+    branch, or the download-on-rank-0-first pair, is not flagged, and the planner leaves it alone."""
+    from gpudoctor.engine.lint import lint_source
+
+    return {f.line for f in lint_source(text, path, select=["D21"]).findings if f.entry_id == "D21"}
+
+
+def _one_per_line(body: list) -> list:
+    """A branch's statements with `a; b` lines split into one statement per line, so that a collective can move
+    without the save or print it shares a line with."""
+    out = []
+    for s in body:
+        if isinstance(s, cst.SimpleStatementLine) and len(s.body) > 1:
+            parts = [cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+                     for small in s.body]
+            parts[0] = parts[0].with_changes(leading_lines=s.leading_lines)
+            out += parts
+        else:
+            out.append(s)
+    return out
+
+
+def _indented(s: cst.If) -> cst.If:
+    """`if rank == 0: a; b` with its one-line body as an indented block of one statement per line."""
+    if isinstance(s.body, cst.SimpleStatementSuite):
+        lines = [cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+                 for small in s.body.body]
+        s = s.with_changes(body=cst.IndentedBlock(body=lines))
+    return s.with_changes(body=s.body.with_changes(body=_one_per_line(list(s.body.body))))
+
+
 def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
-    module = h.parse(text, path)
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    flagged = _flagged_lines(text, path)
+    wrapper = MetadataWrapper(h.parse(text, path))
+    positions = wrapper.resolve(PositionProvider)
+    module = wrapper.module
     helpers = h.collective_helpers(module)
     taken = h.variable_names(module)
     moved: list[str] = []
@@ -90,10 +127,22 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
             before.append(s)
         return before, kept, after
 
+    paired: list = []  # rank-0 branches whose collective the other ranks meet elsewhere (lint leaves them alone)
+
+    def flagged_in(original) -> bool:
+        span = positions.get(original) if original is not None else None
+        return span is not None and any(span.start.line <= n <= span.end.line for n in flagged)
+
     def rewrite(stmts, block):
         out = []
-        for s in stmts:
-            if isinstance(s, cst.If) and h.is_rank0_test(s.test) and _outer_collectives(s.body, helpers):
+        originals = block.originals if len(block.originals) == len(stmts) else (None,) * len(stmts)
+        for s, original in zip(stmts, originals):
+            if isinstance(s, cst.If) and h.is_rank0_test(s.test) and _outer_collectives(s.body, helpers) \
+                    and not flagged_in(original):
+                paired.append(s)
+            if isinstance(s, cst.If) and h.is_rank0_test(s.test) and _outer_collectives(s.body, helpers) \
+                    and flagged_in(original):
+                s = _indented(s)
                 before, kept, after = split(list(s.body.body))
                 rest = [p for p in h.and_parts(s.test) if not h.is_rank0_test(p)]
                 if rest:  # `if rank == 0 and step % 50 == 0:` - the collective still runs every 50 steps
@@ -109,7 +158,8 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
                                                                             *moved_out[0].leading_lines])
                     out += [*before, *after]
                 continue
-            if isinstance(s, cst.FunctionDef) and _rank_zero_decorator(s) and _outer_collectives(s.body, helpers):
+            if isinstance(s, cst.FunctionDef) and _rank_zero_decorator(s) and _outer_collectives(s.body, helpers) \
+                    and flagged_in(original):
                 out.append(_undecorate(s, split))
                 continue
             out.append(s)
@@ -118,6 +168,10 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
         return out
 
     module = h.rewrite_bodies(module, rewrite)
+    if not moved and paired:
+        raise NotApplicable(f"{path}: the collectives in rank-0 branches here are met by the other ranks (a barrier "
+                            "paired with one in the else branch or in a branch the others take), as lint reads them: "
+                            "nothing to move")
     if not moved:
         other = next((i for i in h.m.findall(module, h.m.If()) if _non_main_test(i.test)
                       and _outer_collectives(i.body, helpers)), None)
