@@ -26,7 +26,9 @@ LOST_PEER = (
 # Lines the engine parses to follow ranks, collectives and errors, whatever the catalogue says.
 STRUCTURAL = {  # name: (regex, literals one of which every match contains; a test checks them)
     "traceback": (r"Traceback \(most recent call last\)", ("Traceback (most recent call last)",)),
-    "exception": (r"\b[A-Z][A-Za-z0-9_.]*(?:Error|Exception|Interrupt)\b(?::|$)", ("Error", "Exception", "Interrupt")),
+    # a colon, but not C++'s "::" of a backtrace frame ("frame #1: c10::DistError::DistError(...)")
+    "exception": (r"\b[A-Z][A-Za-z0-9_.]*(?:Error|Exception|Interrupt)\b(?::(?:[^:]|$)|$)",
+                  ("Error", "Exception", "Interrupt")),
     # torch 2.4+ ranks that learn of a peer's timeout print only the dump-signal line ("... from rank 7"), and
     # 2.6+ spell the work counters with the backend's name ("Last enqueued NCCL work", "last completed nccl work")
     # torch 1.7-1.8 logged "[Rank 1] Caught collective operation timeout for work: WorkNCCL(...)" before the watchdog

@@ -37,6 +37,11 @@ def prefix_rank(text: str) -> int | None:
     return _prefix(text).rank
 
 
+# a rank that never reached the job's store (the address or port it was given leads nowhere, or to something else):
+# a rendezvous that failed, not the rank's own crash
+_NEVER_MET = _lazy(r"Ping failed, invalid value returned from server|The client socket has failed to connect")
+
+
 def classify(text: str) -> str:
     """crash (the rank's own error), timeout, lost-peer (a consequence of another rank), desync, interrupted (stopped
     by hand: Ctrl-C raises KeyboardInterrupt wherever the process was, most often a run that no longer moved)."""
@@ -44,7 +49,7 @@ def classify(text: str) -> str:
         return "interrupted"
     if _DESYNC.search(text):
         return "desync"
-    if _TIMEOUT.search(text):
+    if _TIMEOUT.search(text) or _NEVER_MET.search(text):
         return "timeout"
     if _LOST_PEER.search(text):
         return "lost-peer"

@@ -293,3 +293,16 @@ def test_per_node_folders_whose_files_are_named_by_local_rank_keep_each_ranks_ow
     text = cli_proc("diagnose", str(tmp_path / "mn"), env={"COLUMNS": "80"}).out
     row = next(line for line in text.splitlines() if line.startswith("  2 "))
     assert "node1/rank0.log:16" in row
+
+
+@pytest.mark.parametrize("run", ["store-wrong-port", "store-wrong-address"])
+def test_ranks_given_different_store_endpoints_never_meet_d2_not_a_crash(cli_proc, run):
+    """QA24 R16: a rank started with a typo'd MASTER_PORT (or MASTER_ADDR) read as a confident D20, "one rank failed
+    (OOM, NaN, CUDA error)", citing a C++ `frame #1: c10::DistError::DistError(...)` line as the rank's error."""
+    folder = Path(__file__).resolve().parents[1] / "data" / "runs" / run
+    doc = json.loads(cli_proc("diagnose", str(folder), "--json").out)
+    assert [(f["id"], f["tier"]) for f in doc["findings"]][:1] == [("D2", "match")]
+    assert "D20" not in [f["id"] for f in doc["findings"]]
+    for rank in doc["ranks"]:
+        assert rank["status"] != "died"
+        assert not (rank.get("first_error") or {}).get("text", "").startswith("frame #")
