@@ -151,8 +151,16 @@ def _file_source(path: Path, shown: str, st, codec: str | None, head: bytes) -> 
     )
 
 
+# what a run folder holds beside its logs (Hydra outputs/, wandb files/ with code/, a job's working directory):
+# sources, whose comments quote errors, and checkpoints and arrays, whose bytes are no text. A folder walk leaves
+# them out; a file named on the command line is still read.
+NOT_LOGS = frozenset({".py", ".pyc", ".pyi", ".ipynb", ".pt", ".pth", ".ckpt", ".safetensors", ".npy", ".npz",
+                      ".h5", ".hdf5", ".onnx", ".so", ".png", ".jpg", ".jpeg", ".gif", ".parquet", ".arrow"})
+
+
 def _walk(root: Path, given: str, problems: list[str]) -> list[Path]:
     found: list[Path] = []
+    passed: list[str] = []
 
     def complain(exc: OSError) -> None:
         problems.append(_why(exc.filename or given, exc))
@@ -163,6 +171,9 @@ def _walk(root: Path, given: str, problems: list[str]) -> list[Path]:
             if name.startswith("."):
                 continue
             path = Path(folder) / name
+            if Path(name).suffix.lower() in NOT_LOGS:
+                passed.append(name)
+                continue
             try:
                 mode = path.stat().st_mode
             except OSError:
@@ -171,6 +182,14 @@ def _walk(root: Path, given: str, problems: list[str]) -> list[Path]:
                 problems.append(f"{path}: skipped, not a regular file (a named pipe, socket or device)")
                 continue
             found.append(path)
+    if passed and found:
+        shown = ", ".join(sorted(passed, key=lambda n: _natural(Path(n)))[:3]) + (", ..." if len(passed) > 3 else "")
+        many = len(passed) > 1
+        problems.append(f"{given}: left out {len(passed)} file{'s' if many else ''} that hold{'' if many else 's'} code, "
+                        f"checkpoints or images, not logs ({shown}); name one to read it")
+    elif passed:
+        found = [Path(folder) / name for folder, _, files in os.walk(root) for name in files
+                 if Path(name).suffix.lower() in NOT_LOGS and not name.startswith(".")]
     return sorted(found, key=_natural)
 
 

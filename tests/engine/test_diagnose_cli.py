@@ -306,3 +306,24 @@ def test_ranks_given_different_store_endpoints_never_meet_d2_not_a_crash(cli_pro
     for rank in doc["ranks"]:
         assert rank["status"] != "died"
         assert not (rank.get("first_error") or {}).get("text", "").startswith("frame #")
+
+
+def test_a_run_folders_code_and_checkpoints_are_left_out_of_a_folder_walk(cli_proc, tmp_path):
+    """QA24 R14: `diagnose RUN_DIR/` read train.py's comment as a confident D4 on a run that had finished, and unpacked
+    a torch.save checkpoint (a zip) as an archive of logs. Named on the command line, a file is still read."""
+    run = tmp_path / "run"
+    (run / "code").mkdir(parents=True)
+    (run / "train.log").write_text("epoch 1 step 50 loss 0.41\nepoch 2 step 100 loss 0.33\n"
+                                   "training complete, saved checkpoint to final.pt\n")
+    (run / "code" / "train.py").write_text('# if the port is taken we get "RuntimeError: Address already in use"\n')
+    import zipfile
+
+    with zipfile.ZipFile(run / "final.pt", "w") as z:
+        z.writestr("final/data.pkl", b"\x80\x02}q\x00." + b"\x00" * 64)
+    r = cli_proc("diagnose", str(run), "--json")
+    doc = json.loads(r.out)
+    assert [f for f in doc["findings"] if f["tier"] == "match"] == [] and r.code == 1
+    assert [i["name"].rsplit("/", 1)[-1] for i in doc["inputs"]] == ["train.log"]
+    assert "left out 2 files that hold code, checkpoints or images" in r.err
+    named = json.loads(cli_proc("diagnose", str(run / "code" / "train.py"), "--json").out)
+    assert named["findings"] and named["findings"][0]["id"] == "D4"
