@@ -17,7 +17,9 @@
 - A rank that lost its peer inside a training step's collective (the DDP backward, an all-reduce) while torchrun's
   failure summary shows that peer failing in no way of its own (not listed, stopped by the agent's SIGTERM, or aborted
   in its teardown): the peer ended its loop while the step still waited for it, so it ran out of batches first (D9,
-  the uneven shards' hang, as a real gloo run shows it in its three endings)."""
+  the uneven shards' hang, as a real gloo run shows it in its three endings). When the rank waited in an explicit
+  collective of the script instead (a barrier after the loop), only some ranks called it: a D21 guess, which the
+  script's own lint line confirms."""
 from __future__ import annotations
 
 import re
@@ -221,7 +223,8 @@ STEP_WINDOW = 12  # frame lines above the lost-peer error that tell it was insid
 def peer_exited_cleanly_rule(text: str, file: str) -> list:
     """D9 when a rank lost its peer inside a step and torchrun's summary shows that peer failed in no way of its own:
     it ended with exit code 0 (not listed), was stopped by the agent's SIGTERM, or aborted in its teardown
-    ("terminate called without an active exception": gloo's threads at exit, after the loop had ended)."""
+    ("terminate called without an active exception": gloo's threads at exit, after the loop had ended). A D21 guess
+    when the rank was waiting in an explicit collective outside a step (a barrier only rank 0 reaches)."""
     if "Root Cause" not in text or "Failures:" not in text:
         return []
     start = text.find("Failures:")
