@@ -17,6 +17,8 @@ _MISMATCH = _lazy(r"size mismatch for (?P<key>[\w.\-]+): copying a param with sh
 _HEAD = _lazy(r"(?:^|[._])(?:classifier|cls|fc|head|lm_head|logits|score|out|output|embed\w*|wte|word_embeddings|"
               r"vocab\w*|tok_embeddings|decoder)(?:[._]\d+)?\.(?:weight|bias)$")
 MAX_WAYS = 128  # ranks a parameter is sharded over
+# words only a sharded model's log holds: FSDP (1 and 2), DTensor, the older sharded tensors
+_SHARDING = _lazy(r"FSDP|fully_shard|FullyShardedDataParallel|DTensor|ShardedTensor|FlatParameter|_flat_param")
 
 
 def _ways(big: int, small: int) -> int | None:
@@ -42,6 +44,7 @@ def sharded_full_mismatch(text: str, file: str) -> tuple[float, tuple[Evidence, 
     architecture) or only heads and embeddings mismatch (a class count or vocabulary change)."""
     found: list[tuple[int, str, int]] = []
     flat: list[tuple[int, str, int]] = []
+    placeholders = False  # a [0] tensor in the load: a shard that held none of that parameter
     for n, line in enumerate(text.splitlines(), start=1):
         if "size mismatch for" not in line:
             continue
@@ -50,6 +53,7 @@ def sharded_full_mismatch(text: str, file: str) -> tuple[float, tuple[Evidence, 
             return None
         ckpt, model = _dims(m.group("ckpt")), _dims(m.group("model"))
         if ckpt == (0,):
+            placeholders = True
             continue  # an empty placeholder: a parameter this rank's shard did not hold (or ZeRO-3's), says no more
         if len(ckpt) == 1 and len(model) > 1:
             whole = math.prod(model)
@@ -74,6 +78,10 @@ def sharded_full_mismatch(text: str, file: str) -> tuple[float, tuple[Evidence, 
         return None
     keys = {key for _, key, _ in found}
     if all(_HEAD.search(key) for key in keys):
+        return None
+    if all("." not in key for key in keys) and not placeholders and not _SHARDING.search(text):
+        # the whole model is one layer (`weight`, `bias`): a layer resized between the checkpoint and the model (8
+        # outputs now 4) reads the same as a 2-way shard, and nothing in the log says anything is sharded
         return None
     n, key, k = found[0]
     line = text.splitlines()[n - 1]

@@ -666,6 +666,11 @@ def test_load_shapes_split_along_dim_0_name_d15_and_other_shapes_do_not():
     assert sharded_full_mismatch(msg("model.embed_tokens.weight", "0", "32002, 4096"), "x") is None
     # a 1-D tensor larger than the whole parameter is no shard of it
     assert sharded_full_mismatch(msg("proj.weight", "99999", "10, 10"), "x") is None
+    # QA24 R18: a model that is one bare layer, resized between checkpoint and model (8 outputs now 4, two ranks),
+    # reads the same as a 2-way shard: nothing in the log says sharded, so no rule; a word that does restores it
+    resized = "\n".join([msg("weight", "8, 16", "4, 16"), msg("bias", "8", "4")])
+    assert sharded_full_mismatch(resized, "x") is None
+    assert sharded_full_mismatch("fully_shard(model)\n" + resized, "x")[0] == 0.8
 
 
 def test_frameless_oom_under_zero_is_d16_only_before_training_and_without_a_traceback():
