@@ -67,3 +67,39 @@ def zmq_in_use_rule(text: str, file: str) -> list:
             "started once more (per rank) collides with itself (not D4)")
     here = Evidence(file, line_no, line.strip(), "rule:zmq-port-not-rendezvous")
     return [Verdict("D4", "rule:zmq-port-not-rendezvous", (here,), rule_out=True, note=note)]
+
+
+# the store's host waiting for the ranks that should join it (torch/csrc/distributed/c10d/TCPStore.cpp waitForWorkers)
+_WAITING = _lazy(r"waiting for clients\. \d+/\d+ clients joined")
+_FAILED_LISTEN = _lazy(r"server socket has failed to (?:listen on any local network address|bind)")
+
+
+def second_rank_zero_rule(texts: dict[str, str]) -> list:
+    """D1, and not D4, when one input's process hosts the store and waits for clients while another input's process
+    could not bind the store's port because it is in use: both were started as rank 0 (RANK is not set per process),
+    and the port is held by the job's own store, not by a second job. A new port for one of them splits the job."""
+    waiting = next(((name, t) for name, t in texts.items() if "clients joined" in t and _WAITING.search(t)), None)
+    if waiting is None:
+        return []
+    for name, text in texts.items():
+        if name == waiting[0] or "server socket has failed to" not in text:
+            continue
+        m = _FAILED_LISTEN.search(text)
+        if m is None:
+            continue
+        from gpudoctor.engine.textfind import line_at
+
+        line_no, line = line_at(text, m.start())
+        if not _IN_USE.search(line):
+            continue
+        from gpudoctor.engine.rules import Verdict
+
+        wait_no, wait_line = line_at(waiting[1], _WAITING.search(waiting[1]).start())
+        note = (f"{name} could not bind the store's port while {waiting[0]} hosts the store and waits for its clients: "
+                "both processes were started as rank 0 (RANK is not set per process); a new port for one would split "
+                "the job, not free it (not D4)")
+        here = Evidence(name, line_no, line.strip(), "rule:second-rank-zero")
+        host = Evidence(waiting[0], wait_no, wait_line.strip(), "rule:second-rank-zero")
+        return [Verdict("D1", "rule:second-rank-zero", (here, host), note=note),
+                Verdict("D4", "rule:second-rank-zero", (here,), rule_out=True, note=note)]
+    return []

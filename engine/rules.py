@@ -233,7 +233,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.group_rules import no_group_caller_rule
     from gpudoctor.engine.replica_rules import replica_rule
     from gpudoctor.engine.local_rank_rules import first_gpu_for_all_rule
-    from gpudoctor.engine.port_rules import bind_errno_rule, zmq_in_use_rule
+    from gpudoctor.engine.port_rules import bind_errno_rule, second_rank_zero_rule, zmq_in_use_rule
     from gpudoctor.engine.progress_rules import unequal_lengths_rule
     from gpudoctor.engine.shm_rules import shm_rules
     from gpudoctor.engine.slow_step import slow_step_rule
@@ -293,6 +293,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
                 if seen < MAX_ERRORS and _TRIGGER.search(line) and not FRAMEISH.search(line):
                     seen += 1
                     verdicts.extend(region_rules(lines, at, scan.name, first))
+    if len(texts) > 1:
+        verdicts.extend(second_rank_zero_rule(texts))
     if dumps:
         from gpudoctor.engine.hangs import hang_rules
 

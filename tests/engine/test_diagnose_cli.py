@@ -327,3 +327,14 @@ def test_a_run_folders_code_and_checkpoints_are_left_out_of_a_folder_walk(cli_pr
     assert "left out 2 files that hold code, checkpoints or images" in r.err
     named = json.loads(cli_proc("diagnose", str(run / "code" / "train.py"), "--json").out)
     assert named["findings"] and named["findings"][0]["id"] == "D4"
+
+
+def test_two_processes_started_as_rank_0_read_d1_not_a_second_job(cli_proc):
+    """QA24 R17: the process meant as rank 1 could not bind the port rank 0's store holds: a 0.99 D4 "second job",
+    whose fix (another port) would split the job. One log with EADDRINUSE alone stays D4."""
+    folder = Path(__file__).resolve().parents[1] / "data" / "runs" / "duplicate-rank-zero"
+    doc = json.loads(cli_proc("diagnose", str(folder), "--json").out)
+    assert [(f["id"], f["tier"]) for f in doc["findings"]][:1] == [("D1", "match")]
+    assert "D4" not in [f["id"] for f in doc["findings"]]
+    alone = json.loads(cli_proc("diagnose", str(folder / "rank1.log"), "--json").out)
+    assert alone["findings"][0]["id"] == "D4"
