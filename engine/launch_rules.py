@@ -153,6 +153,29 @@ def one_process_killed_rule(text: str, file: str) -> list:
     return [Verdict("D28", "rule:one-process-killed", (here,), rule_out=True, note=note)]
 
 
+# torch/distributed/elastic: the agent's "Received 2 death signal, shutting down workers" and the SignalException it
+# raises after ("Process 123 got signal: 2"); a worker that outlives SIGINT is then sent SIGKILL by the agent itself
+# ("Unable to shutdown process 456 via 2, forcefully exiting via 9")
+_BY_HAND = _lazy(r"Received 2 death signal|SignalException: Process \d+ got signal: 2\b|"
+                 r"Unable to shutdown process \d+ via (?:2|Signals\.SIGINT), forcefully exiting via")
+
+
+def interrupted_by_hand_rule(text: str, file: str) -> list:
+    """D28 ruled out when torchrun was stopped with Ctrl-C (SIGINT): its workers' SIGKILL is the agent's own escalation
+    after the interrupt, not the host's OOM killer."""
+    if "signal" not in text:
+        return []
+    m = _BY_HAND.search(text)
+    if m is None:
+        return []
+    line_no, line = line_at(text, m.start())
+    note = (f"line {line_no}: the launcher was stopped by hand (Ctrl-C, SIGINT); a worker it then killed with SIGKILL "
+            "was its own escalation, not the host running out of memory (not D28); what the ranks were doing when "
+            "stopped (a hang?) is the failure to read")
+    return [Verdict("D28", "rule:interrupted-by-hand", (Evidence(file, line_no, line, "rule:interrupted-by-hand"),),
+                    rule_out=True, note=note)]
+
+
 def silent_teardown_rule(text: str, file: str) -> list:
     """D28 when the DeepSpeed launcher killed the ranks after one ended and no rank printed an error: confident when
     the ranks were last loading the model, a possible cause otherwise."""

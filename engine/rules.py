@@ -227,7 +227,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
                                                 spread_duplicates_rule)
     from gpudoctor.engine.nccl_tests import stopped_tests_rule
     from gpudoctor.engine.device_rules import device_rules
-    from gpudoctor.engine.launch_rules import (dashed_local_rank_rule, literal_local_rank_rule, one_process_killed_rule,
+    from gpudoctor.engine.launch_rules import (dashed_local_rank_rule, interrupted_by_hand_rule, literal_local_rank_rule,
+                                               one_process_killed_rule,
                                                peer_exited_cleanly_rule, silent_teardown_rule, visible_devices_rule)
     from gpudoctor.engine.gpu_table import stacked_processes_rule
     from gpudoctor.engine.group_rules import no_group_caller_rule
@@ -278,6 +279,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
             verdicts.extend(dashed_local_rank_rule(whole, scan.name))
             verdicts.extend(visible_devices_rule(whole, scan.name))
             verdicts.extend(one_process_killed_rule(whole, scan.name))
+            verdicts.extend(interrupted_by_hand_rule(whole, scan.name))
             verdicts.extend(silent_teardown_rule(whole, scan.name))
             verdicts.extend(peer_exited_cleanly_rule(whole, scan.name))
             verdicts.extend(rank_zero_alone_rule(whole, scan.name))

@@ -338,3 +338,13 @@ def test_two_processes_started_as_rank_0_read_d1_not_a_second_job(cli_proc):
     assert "D4" not in [f["id"] for f in doc["findings"]]
     alone = json.loads(cli_proc("diagnose", str(folder / "rank1.log"), "--json").out)
     assert alone["findings"][0]["id"] == "D4"
+
+
+def test_a_hang_stopped_with_ctrl_c_is_no_host_oom(cli_proc):
+    """QA24 R12: torchrun's own SIGKILL after a Ctrl-C ("Unable to shutdown process ... via 2, forcefully exiting via
+    9") was read as the host's OOM killer, D28 first."""
+    log = Path(__file__).resolve().parents[1] / "data" / "runs" / "ctrl-c-on-a-hang.log"
+    r = cli_proc("diagnose", str(log), "--json")
+    doc = json.loads(r.out)
+    assert "D28" not in [f["id"] for f in doc["findings"]]
+    assert any("stopped by hand" in note for note in doc["notes"])
