@@ -170,7 +170,7 @@ def _text_confirm(out: Out, possible, catalog, w: int) -> None:
 
 
 def _text_possible(diagnosis, out: Out, possible, w: int) -> None:
-    single = _Places(diagnosis)
+    places = _Places(diagnosis)
     for k, f in enumerate(possible, 1):
         out.write("")
         label = f"{k:>2}. {f.id:<5}"
@@ -179,11 +179,12 @@ def _text_possible(diagnosis, out: Out, possible, w: int) -> None:
         out.write(f"{out.style(label, 'id')} {title}{' ' * max(1, w - len(label) - len(title) - len(score) - 1)}"
                   f"{out.style(score, 'dim')}")
         for e in f.evidence:
-            _evidence(out, e, single, w)
+            _evidence(out, e, places, w)
         out.write("    " + out.style(f"more: gpudoctor show {f.id}", "dim"))
 
 
 def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
+    places = _Places(diagnosis)
     for k, f in enumerate(findings, 1):
         out.write("")
         label = f"{k:>2}. {f.id:<5}"
@@ -192,9 +193,8 @@ def _text_findings(diagnosis, out: Out, findings, w: int) -> None:
         out.write(f"{out.style(label, 'id')} {title}{' ' * max(1, w - len(label) - len(title) - len(score) - 1)}{score}")
         if f.consequence_of:
             out.write("    " + out.style(f"likely a consequence of {', '.join(f.consequence_of)}, not the cause", "yellow"))
-        single = _Places(diagnosis)
         for e in f.evidence:
-            _evidence(out, e, single, w)
+            _evidence(out, e, places, w)
         fix, which = _fix_lines(f)
         for ln in _wrap("fix: " + fix, w - 4):
             out.write("    " + ln)

@@ -63,9 +63,7 @@ def _one_per_line(body: list) -> list:
 def _indented(s: cst.If) -> cst.If:
     """`if rank == 0: a; b` with its one-line body as an indented block of one statement per line."""
     if isinstance(s.body, cst.SimpleStatementSuite):
-        lines = [cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
-                 for small in s.body.body]
-        s = s.with_changes(body=cst.IndentedBlock(body=lines))
+        s = s.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine(body=s.body.body)]))
     return s.with_changes(body=s.body.with_changes(body=_one_per_line(list(s.body.body))))
 
 
@@ -137,11 +135,11 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
         out = []
         originals = block.originals if len(block.originals) == len(stmts) else (None,) * len(stmts)
         for s, original in zip(stmts, originals):
-            if isinstance(s, cst.If) and h.is_rank0_test(s.test) and _outer_collectives(s.body, helpers) \
-                    and not flagged_in(original):
-                paired.append(s)
-            if isinstance(s, cst.If) and h.is_rank0_test(s.test) and _outer_collectives(s.body, helpers) \
-                    and flagged_in(original):
+            if isinstance(s, cst.If) and h.is_rank0_test(s.test) and _outer_collectives(s.body, helpers):
+                if not flagged_in(original):
+                    paired.append(s)
+                    out.append(s)
+                    continue
                 s = _indented(s)
                 before, kept, after = split(list(s.body.body))
                 rest = [p for p in h.and_parts(s.test) if not h.is_rank0_test(p)]

@@ -115,7 +115,8 @@ def lazy_shapes_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list
     built = model if isinstance(wrap.node.args[0], ast.Call) else None
     if built is not None:
         taken = {n.id for n in ast.walk(script.tree) if isinstance(n, ast.Name)}
-        model = next(name for name in ("net", "lazy_model", "lazy_model_0", "lazy_model_1") if name not in taken)
+        model = next(name for name in ("net", "lazy_model", *(f"lazy_model_{i}" for i in range(len(taken) + 1)))
+                     if name not in taken)
     from libcst.metadata import MetadataWrapper, PositionProvider
 
     wrapper = MetadataWrapper(h.parse(text, path))
