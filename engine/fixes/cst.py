@@ -348,6 +348,30 @@ def ast_stmts(node: cst.CSTNode) -> list[ast.stmt]:
     return ast.parse(code(node).strip() + "\n").body
 
 
+def one_per_line(body: list) -> list:
+    """Statements with `a; b` lines split into one statement per line (the first keeps the line's comments), so that a
+    planner can move or insert between them; other statements are kept as they are."""
+    out = []
+    for s in body:
+        if isinstance(s, cst.SimpleStatementLine) and len(s.body) > 1:
+            parts = [cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
+                     for small in s.body]
+            parts[0] = parts[0].with_changes(leading_lines=s.leading_lines)
+            parts[-1] = parts[-1].with_changes(trailing_whitespace=s.trailing_whitespace)  # its comment
+            out += parts
+        else:
+            out.append(s)
+    return out
+
+
+def indented(s):
+    """`if x: a; b` (or a one-line for, while, with) with its body as an indented block, one statement per line."""
+    if isinstance(s.body, cst.SimpleStatementSuite):
+        s = s.with_changes(body=cst.IndentedBlock(header=s.body.trailing_whitespace,
+                                                  body=[cst.SimpleStatementLine(body=s.body.body)]))
+    return s.with_changes(body=s.body.with_changes(body=one_per_line(list(s.body.body))))
+
+
 # calls that print, log or write something: side effects one rank is enough for
 WRITES = {"print", "write", "writelines", "save", "dump", "log", "info", "warning", "debug", "add_scalar",
           "add_scalars", "add_image", "log_dict", "log_metrics", "savefig", "save_pretrained", "open", "makedirs",

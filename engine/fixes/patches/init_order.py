@@ -36,17 +36,15 @@ def init_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     moved: list[str] = []
     refused: list[str] = []
 
-    def rewrite(stmts, block):
+    def rewrite(original, block):
+        # `model = DDP(model); model.apply(init)` on one line: split, so the init can move; kept only if it does
+        stmts = h.one_per_line(original)
         if not any(isinstance(s, cst.SimpleStatementLine) and any(
                 h.last(h.call_name(c)) in ("DDP", "DistributedDataParallel") for c in h.calls(s)) for s in stmts):
-            return stmts  # no wrap in this block: nothing to read in it
-        parsed = []
-        for s in stmts:
-            body = h.ast_stmts(s)
-            if len(body) != 1:
-                return stmts  # `a; b` on one line: statements do not map one to one
-            parsed.append(body[0])
+            return original  # no wrap in this block: nothing to read in it
+        parsed = [h.ast_stmts(s)[0] for s in stmts]
         out = list(stmts)
+        count = len(moved)
         for k, j, call, wrapped, model in sorted(inits_after_wrap(parsed), key=lambda t: -t[1]):
             reads = {n.id for n in ast.walk(parsed[j]) if isinstance(n, ast.Name)} - {wrapped, model}
             between = {n.id for s in parsed[k + 1:j] for n in ast.walk(s) if isinstance(n, ast.Name)
@@ -59,7 +57,7 @@ def init_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
             # the wrap's own comments stay above the block; the init keeps its comments
             out.insert(k, stmt.with_changes(leading_lines=(*out[k].leading_lines, *stmt.leading_lines)))
             out[k + 1] = out[k + 1].with_changes(leading_lines=())
-        return out
+        return out if len(moved) > count else original
 
     module = h.rewrite_bodies(module, rewrite)
     if not moved:

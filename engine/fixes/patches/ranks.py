@@ -45,28 +45,6 @@ def _flagged_lines(text: str, path: str) -> set[int]:
     return {f.line for f in lint_source(text, path, select=["D21"]).findings if f.entry_id == "D21"}
 
 
-def _one_per_line(body: list) -> list:
-    """A branch's statements with `a; b` lines split into one statement per line, so that a collective can move
-    without the save or print it shares a line with."""
-    out = []
-    for s in body:
-        if isinstance(s, cst.SimpleStatementLine) and len(s.body) > 1:
-            parts = [cst.SimpleStatementLine(body=[small.with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
-                     for small in s.body]
-            parts[0] = parts[0].with_changes(leading_lines=s.leading_lines)
-            out += parts
-        else:
-            out.append(s)
-    return out
-
-
-def _indented(s: cst.If) -> cst.If:
-    """`if rank == 0: a; b` with its one-line body as an indented block of one statement per line."""
-    if isinstance(s.body, cst.SimpleStatementSuite):
-        s = s.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine(body=s.body.body)]))
-    return s.with_changes(body=s.body.with_changes(body=_one_per_line(list(s.body.body))))
-
-
 def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     from libcst.metadata import MetadataWrapper, PositionProvider
 
@@ -140,7 +118,7 @@ def collective_out_of_rank_branch(text: str, path: str, facts: dict) -> tuple[st
                     paired.append(s)
                     out.append(s)
                     continue
-                s = _indented(s)
+                s = h.indented(s)
                 before, kept, after = split(list(s.body.body))
                 rest = [p for p in h.and_parts(s.test) if not h.is_rank0_test(p)]
                 if rest:  # `if rank == 0 and step % 50 == 0:` - the collective still runs every 50 steps

@@ -31,26 +31,29 @@ def reshape_on_every_rank(text: str, path: str, facts: dict) -> tuple[str, list[
 
     def rewrite(stmts, block):
         out = []
-        for s in stmts:
-            if not (isinstance(s, cst.If) and h.is_rank0_test(s.test) and isinstance(s.body, cst.IndentedBlock)):
-                out.append(s)
+        for original in stmts:
+            if not (isinstance(original, cst.If) and h.is_rank0_test(original.test)):
+                out.append(original)
                 continue
+            # `if rank == 0: model.add_module(...); print(...)`: an indented block, one statement per line, so the
+            # surgery can move without the print that shares its line
+            s = h.indented(original)
             body = list(s.body.body)
             marks = [k for k, stmt in enumerate(body) if _reshapes(stmt)]
             if not marks:
-                out.append(s)
+                out.append(original)
                 continue
             test = h.code(s.test)
             if s.orelse is not None:
                 refused.append(f"`if {test}:` has an else branch")
-                out.append(s)
+                out.append(original)
                 continue
             prefix = body[:marks[-1] + 1]
             # output, files and trackers are rank 0's: a branch that writes before its surgery is not moved
             work = next((w for w in map(h.first_write, prefix) if w), None)
             if work is not None:
                 refused.append(f"`if {test}:` calls {work}() before its surgery, which only rank 0 should do")
-                out.append(s)
+                out.append(original)
                 continue
             moved.extend(h.code(stmt.with_changes(leading_lines=())).strip() for stmt in prefix)
             prefix[0] = prefix[0].with_changes(leading_lines=(*s.leading_lines, *prefix[0].leading_lines))
@@ -124,10 +127,26 @@ def lazy_shapes_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list
     done: list[int] = []
     compound = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef, cst.ClassDef)
 
+    def wraps(small) -> bool:
+        return any(h.last(h.call_name(c)) in WRAPPERS for c in h.calls(small))
+
     def warmed(originals, updated) -> list:
         out = []
         for old, s in zip(originals, updated):
             span = positions[old]
+            if (not done and span.start.line <= wrap.line <= span.end.line and isinstance(old, cst.SimpleStatementLine)
+                    and len(old.body) > 1 and any(map(wraps, old.body))):
+                # `model = Net(); model = DDP(model)`: one statement per line, and the forward goes just before the
+                # wrap, after the statements that build the model
+                parts = h.one_per_line([s])
+                k = next(i for i, small in enumerate(old.body) if wraps(small))
+                out += parts[:k]
+                old, s = parts[k], parts[k]
+                if k:
+                    s = s.with_changes(leading_lines=())
+                tail = parts[k + 1:]
+            else:
+                tail = []
             if not done and span.start.line <= wrap.line <= span.end.line and not isinstance(old, compound):
                 first = [h.stmt(f"{model} = {built}")] if built is not None else []
                 warm = h.stmt(f"with torch.no_grad():\n    {model}({sample})\n")
@@ -144,9 +163,11 @@ def lazy_shapes_before_ddp(text: str, path: str, facts: dict) -> tuple[str, list
                     out += [head, warm, rest]
                 else:
                     out += [head, rest]
+                out += tail
                 done.append(span.start.line)
                 continue
             out.append(s)
+            out += tail
         return out
 
     class _Warm(cst.CSTTransformer):

@@ -33,11 +33,13 @@ def collective_skip(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     done: list[str] = []
     refused: list[str] = []
 
-    def patch_loop(loop):
+    def patch_loop(original):
+        # `loss.backward(); opt.step()` on one line: one statement per line, so the loop's statements map one to one
+        loop = original.with_changes(body=original.body.with_changes(body=h.one_per_line(list(original.body.body))))
         tree = h.ast_stmts(loop)[0]
         found = list(rank_local_skips(tree))
         if not found or len(tree.body) != len(loop.body.body):
-            return loop
+            return original
         targets = {id(stmt): check for stmt, check in found}
         body = []
         for node, stmt in zip(tree.body, loop.body.body):
