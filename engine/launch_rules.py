@@ -240,6 +240,11 @@ _TEARDOWN_ERROR = _lazy(r"ChildFailedError|SignalException|DistBackendError|Dist
 _EXPLICIT = _lazy(r"\bin (barrier|monitored_barrier|broadcast|all_gather|all_gather_object|gather|reduce|scatter|"
                   r"all_to_all|broadcast_object_list|gather_object|reduce_scatter)\b")
 PEER_EXITED_SCORE = 0.6
+# a rank's own print that it skipped a step on a NaN/inf loss ("loss is nan, skipping batch", "Skipping step: inf
+# loss"): that rank ran one collective fewer, so it ended while the others still waited in the step it skipped (D20's
+# skip-this-step decision made on one rank alone, not uneven data)
+_SKIPPED_STEP = _lazy(r"(?i)\b(?:nan|inf|non-?finite|not finite)\b[^\n]{0,60}\bskip(?:s|ped|ping)?\b|"
+                      r"\bskip(?:s|ped|ping)?\b[^\n]{0,60}\b(?:nan|inf|non-?finite|not finite)\b")
 STEP_WINDOW = 12  # frame lines above the lost-peer error that tell it was inside a step
 
 
@@ -286,9 +291,19 @@ def peer_exited_cleanly_rule(text: str, file: str) -> list:
                 Evidence(file, line_at(text, start)[0],
                          f"torchrun's summary: no other rank failed ({ended}); {who} was left in {called}()", "because")),
                 score=PEER_EXITED_SCORE, tier="possible", note=note)]
+        summary_no, _ = line_at(text, start)
+        skipped = next((k for k, earlier in enumerate(lines[:at]) if _SKIPPED_STEP.search(earlier)), None)
+        if skipped is not None:
+            note = (f"{who} lost its peer inside a training step (line {at + 1}), and the peer {ended}: a rank "
+                    f"skipped a step on a non-finite loss (line {skipped + 1}), ran one all-reduce fewer and "
+                    "finished first; the skip was decided on that rank alone")
+            return [Verdict("D20", "rule:peer-skipped-a-step", (
+                Evidence(file, skipped + 1, lines[skipped], "rule:peer-skipped-a-step"),
+                Evidence(file, at + 1, line, "because"),
+                Evidence(file, summary_no, f"torchrun's summary: no other rank failed on its own ({ended})",
+                         "because")), score=PEER_EXITED_SCORE + 0.1, note=note)]
         note = (f"{who} lost its peer inside a training step (line {at + 1}), and the peer {ended}: it ran out of "
                 "batches first")
-        summary_no, _ = line_at(text, start)
         return [Verdict("D9", "rule:peer-exited-cleanly", (
             Evidence(file, at + 1, line, "rule:peer-exited-cleanly"),
             Evidence(file, summary_no, f"torchrun's summary: no other rank failed on its own ({ended})", "because")),

@@ -145,3 +145,56 @@ def test_a_barrier_only_rank_0_reaches_after_the_loop_is_guessed_d21_and_the_scr
     confirmed = corroborate(d, witnesses, catalog)
     assert matches(confirmed)[:1] == ["D21"]
     assert any(ev.file.endswith("train.py") and ev.line == 17 for ev in confirmed.findings[0].evidence)
+
+
+NAN_SKIP = textwrap.dedent("""\
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=20))
+    rank = dist.get_rank()
+    model = DDP(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        loss = model(torch.ones(2, 4)).sum()
+        if rank == 1 and step == 1:
+            loss = loss * float("nan")
+        if torch.isnan(loss):
+            print(f"step {step}: loss is NaN, skipping this batch", flush=True)
+            continue
+        loss.backward()
+        opt.step()
+    dist.destroy_process_group()
+    """)
+
+
+def _names_d20_not_d9(d, skip_text: str) -> None:
+    assert matches(d)[:1] == ["D20"], [(f.id, f.tier) for f in d.findings]
+    assert "D9" not in matches(d)
+    assert skip_text in d.findings[0].evidence[0].text
+    assert any("skipped a step on a non-finite loss" in note for note in d.notes), d.notes
+
+
+def test_a_rank_that_skipped_a_nan_step_and_ended_first_names_d20_not_d9(tmp_path, catalog):
+    """QA24 R13: with a rank-local NaN skip, the skipping rank runs one all-reduce fewer and ends cleanly while its
+    peer waits in the step it skipped: the same torchrun ending as uneven shards, read D9. Its own skip line tells
+    it apart."""
+    (tmp_path / "train.py").write_text(NAN_SKIP)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                           "train.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    log = done.stdout + done.stderr
+    assert done.returncode != 0 and "Root Cause" in log, log[-3000:]
+    _names_d20_not_d9(run(catalog, log), "loss is NaN, skipping this batch")
+
+
+def test_the_kept_nan_skip_run_names_d20(catalog):
+    from pathlib import Path
+
+    log = (Path(__file__).resolve().parents[1] / "data" / "runs" / "nan-skip-on-one-rank.log").read_text()
+    _names_d20_not_d9(run(catalog, log), "rank 1: step 2: loss is nan, skipping batch")
+    # without the skip line the same ending is the uneven shards' (D9)
+    bare = "\n".join(line for line in log.splitlines() if "skipping" not in line)
+    assert matches(run(catalog, bare))[:1] == ["D9"]
