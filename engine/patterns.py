@@ -56,6 +56,9 @@ STRUCTURAL = {  # name: (regex, literals one of which every match contains; a te
     # srun's account of tasks that ended badly (Slurm's launch plugin, _task_finish: "%s: %s %s: %s%s" with the hosts,
     # "task"/"tasks", the task ids, strsignal() and " (core dumped)"; "... Out Of Memory" for the cgroup OOM killer)
     "srun-task-exit": (r"srun: error: \S+: tasks? [\d,\-]+: ", ("srun: error: ",)),
+    # torch.multiprocessing.spawn's ProcessExitedException (spawn.py, 1.4+): "process %d terminated with signal %s" and
+    # "process %d terminated with exit code %d", the process index the worker was handed (its rank on one node)
+    "spawn-exit": (r"process \d+ terminated with (?:signal SIG[A-Z]+|exit code -?\d+)", (" terminated with ",)),
     # Horovod's stall inspector (stall_inspector.cc, 0.20+) lists each missing rank and the tensors it never submitted
     "horovod-missing": (r"(?:^|[>:\]])\d{1,6}!?: \[\S", (": [",)),
 }

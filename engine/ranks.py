@@ -98,6 +98,20 @@ def _named_ranks(scan) -> set[int]:
     return {rank for rank in map(prefix_rank, texts) if rank is not None}
 
 
+# torch.multiprocessing.spawn's ProcessRaisedException: "-- Process 1 terminated with the following error:" then the
+# worker's own traceback. The process index is the first argument spawn hands the worker, the rank on one node
+_SPAWN_HEADER = _lazy(r"^-- Process (\d+) terminated with the following error:")
+
+
+def _spawned_process(lines: list[str], start: int) -> int | None:
+    """The spawn index a traceback that starts at lines[start] belongs to, from the header just above it."""
+    for line in reversed(lines[max(0, start - 3): start]):
+        if line.strip():
+            m = _SPAWN_HEADER.match(line.strip())
+            return int(m.group(1)) if m else None
+    return None
+
+
 def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank_files: bool) -> None:
     hint = _hint(source, per_rank_files)
     if hint is not None:
@@ -134,7 +148,8 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
         from gpudoctor.engine.tracebacks import parse_tracebacks  # only logs with a traceback pay for it
 
         for tb in parse_tracebacks(lines):
-            rank = tb.rank if tb.rank is not None else hint
+            rank = tb.rank if tb.rank is not None else _spawned_process(lines, tb.start)
+            rank = hint if rank is None else rank
             if _stopped_by_hand(tb, lines):
                 state.signal("run-interrupted", scan.name, Hit(line_no + tb.start, lines[tb.start]))
             if not tb.exc_type and rank is not None and tb.frames and len(cut) < 8:
@@ -211,6 +226,7 @@ def _read_source(state: RankState, source, scan, index: dict[str, int], per_rank
         _elastic_root_cause(state, scan, index, roots.all())
     elif not scan.hits.get(index["elastic-rank"]):
         _srun_task_deaths(state, scan, index)
+        _spawn_deaths(state, scan, index)
     # a rank whose traceback was cut before its error line, with no error of its own anywhere in the input and not
     # stopped in a collective (where waiting ranks stop), raised something itself: a pasted excerpt lost the line
     for rank, tb, hit in cut:
@@ -316,6 +332,19 @@ def _srun_task_deaths(state: RankState, scan, index: dict[str, int]) -> None:
             continue
         for task in _task_ids(m.group(1)):
             _launcher_saw_die(state, scan.name, task, hit)
+
+
+_SPAWN_DEATH = _lazy(r"process (\d+) terminated with signal (SIGKILL|SIGSEGV|SIGBUS|SIGILL|SIGFPE)\b")
+
+
+def _spawn_deaths(state: RankState, scan, index: dict[str, int]) -> None:
+    """mp.spawn's "process 1 terminated with signal SIGKILL": that process died without a word of its own. An exit
+    code (or SIGABRT) is left: as often a process that gave up waiting first."""
+    hits = scan.hits.get(index["spawn-exit"])
+    for hit in hits.all() if hits else ():
+        m = _SPAWN_DEATH.search(hit.text)
+        if m is not None:
+            _launcher_saw_die(state, scan.name, int(m.group(1)), hit)
 
 
 def _task_ids(spec: str) -> list[int]:

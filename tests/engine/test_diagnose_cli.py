@@ -348,3 +348,15 @@ def test_a_hang_stopped_with_ctrl_c_is_no_host_oom(cli_proc):
     doc = json.loads(r.out)
     assert "D28" not in [f["id"] for f in doc["findings"]]
     assert any("stopped by hand" in note for note in doc["notes"])
+
+
+@pytest.mark.parametrize("name, error", [("spawn-rank-raised.log", "ValueError: bad batch shape"),
+                                         ("spawn-rank-killed.log", "terminated with signal SIGKILL")])
+def test_a_rank_that_died_under_mp_spawn_is_named(cli_proc, name, error):
+    """QA24 R8: mp.spawn prints the worker's traceback under "-- Process 1 terminated with the following error:" (or
+    "process 1 terminated with signal SIGKILL"), with no rank prefix: the rank table was empty."""
+    log = Path(__file__).resolve().parents[1] / "data" / "runs" / name
+    doc = json.loads(cli_proc("diagnose", str(log), "--json").out)
+    died = [r for r in doc["ranks"] if r["status"] == "died"]
+    assert [r["rank"] for r in died] == [1], doc["ranks"]
+    assert error in died[0]["first_error"]["text"]
