@@ -230,3 +230,43 @@ async def test_lint_view_shows_the_launch_commands_findings_beside_the_scripts(m
         assert [f for f in screen.result.findings if f.path != COMMAND] == list(own)
         assert screen.query_one(LogView).evidence == {f.line for f in own}
         assert "and the launch command" in str(screen.query_one("#lint-status").render())
+
+
+async def test_lint_view_reads_the_script_again_after_a_fix_is_applied_and_undone(make, tmp_path, state):
+    """QA24 T1: back from the fix view after Apply, the lint view still listed the finding the fix had removed and
+    showed the old source lines."""
+    from gpudoctor.engine.lint import lint_paths
+
+    script, fixed = copy(tmp_path, "D21", "eval_on_rank0.py")
+    before = lint_paths([str(script)]).findings
+    assert "D21" in [f.entry_id for f in before]
+    app = make(script=str(script))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LintScreen) and app.screen.result is not None
+                         and app.screen.logfile is not None, what="lint")
+        screen = app.screen
+        screen.query_one("#lint-findings").highlighted = [f.entry_id for f in before].index("D21")
+        await pilot.press("f")
+        await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None)
+        fix = app.screen
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.screen is fix and script.read_text() == fixed, what="applied")
+        await pilot.press("escape")
+        after = lint_paths([str(script)]).findings
+        await wait_until(pilot, lambda: app.screen is screen and screen.result is not None
+                         and screen.result.findings == after, what="the findings of the fixed script")
+        assert "D21" not in [f.entry_id for f in screen.result.findings]
+        await wait_until(pilot, lambda: screen.logfile is not None
+                         and screen.logfile.line_count == len(fixed.splitlines()), what="the fixed source")
+        # and back again after an undo from the fix view
+        app.open_fix("D21", script=str(script))
+        await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None)
+        await pilot.press("u")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the undo question")
+        await pilot.press("y")
+        await wait_until(pilot, lambda: "D21" in [f.entry_id for f in lint_paths([str(script)]).findings], what="undone")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen and screen.result is not None
+                         and screen.result.findings == before, what="the findings of the restored script")

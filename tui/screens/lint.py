@@ -1,6 +1,8 @@
 """Lint: a training script with its findings inline, each linked to its catalogue entry and its fix."""
 from __future__ import annotations
 
+import os
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -44,6 +46,7 @@ class LintScreen(Screen):
         self.cmd = cmd  # the launch command: its findings (D2, D27, MN5...) join the script's, as `lint --cmd` does
         self.result = None
         self.logfile = None
+        self.stamp = None  # the script's (mtime, size, inode) when it was last linted
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -54,7 +57,25 @@ class LintScreen(Screen):
 
     def on_mount(self) -> None:
         self.sub_title = f"lint {self.path}"
+        self.relint()
+
+    def _stamp(self):
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def on_screen_resume(self) -> None:
+        """Back from a fix that rewrote the script (or an undo, or an editor): the findings and the source are read
+        again, so the view never shows lines that are no longer there."""
+        if self.stamp is not None and self._stamp() != self.stamp:
+            self.query_one("#lint-status", Label).update("the script changed: linting again…")
+            self.relint()
+
+    def relint(self) -> None:
         path, cmd = self.path, self.cmd
+        self.stamp = self._stamp()
 
         def run() -> None:
             from gpudoctor.engine.lint import lint_paths
@@ -76,6 +97,7 @@ class LintScreen(Screen):
     def on_lint_done(self, message: LintDone) -> None:
         self.result = result = message.result
         findings = self.query_one("#lint-findings", OptionList)
+        was = findings.highlighted
         findings.clear_options()
         findings.add_options([finding_option(f) for f in result.findings])
         status = Text(f"{len(result.findings)} finding(s) in {self.path}" + (" and the launch command" if self.cmd else ""))
@@ -83,7 +105,7 @@ class LintScreen(Screen):
             status = Text(f"{path}: {error}", style="bold red")
         if result.findings:
             status.append(" · e entry, f fix, l source", style="dim")
-            findings.highlighted = 0
+            findings.highlighted = min(was or 0, len(result.findings) - 1)
         self.query_one("#lint-status", Label).update(status)
         self.show_lines()
 
