@@ -58,7 +58,7 @@ BATCHES = {"dev-1127": (DEV, "manifest-n[1-3].yaml"), "sealed-1127": (SEALED, "m
            "dev-1128n": (DEV, "manifest-j[0-9].yaml"), "sealed-1128n": (SEALED, "manifest-u[0-9].yaml"),
            "dev-1128o": (DEV, "manifest-[lm][0-9].yaml"), "sealed-1128o": (SEALED, "manifest-[vw][0-9].yaml"),
            "dev-1128p": (DEV, "manifest-z[ab][0-9].yaml"), "sealed-1128p": (SEALED, "manifest-s[ab][0-9].yaml"),
-           "dev-1129": (DEV, "manifest-z[c-f][0-9].yaml"), "sealed-1129": (SEALED, "manifest-x[a-d][0-9].yaml")}
+           "dev-1129": (DEV, "manifest-z[c-i][0-9].yaml"), "sealed-1129": (SEALED, "manifest-x[a-g][0-9].yaml")}
 FRAMEWORKS = ("pytorch", "lightning", "accelerate-hf", "deepspeed", "horovod", "nccl")
 # names collectors wrote for the same rows (a wrapper counts as the framework it runs on)
 FRAMEWORK_ALIASES = {"accelerate": "accelerate-hf", "transformers": "accelerate-hf", "hf": "accelerate-hf",
