@@ -98,6 +98,35 @@ def facts_from_text(texts, evidence=()) -> dict:
     return facts
 
 
+def split_params(text: str) -> list[str]:
+    """The TUI's params field as KEY=VALUE items: split at spaces outside brackets and quotes, so
+    `sample_input=torch.zeros(1, 32, device=dev) port=29500` is two items; a value in matching quotes loses them, as
+    the shell would take them off `--param`."""
+    items, depth, quote, start = [], 0, "", 0
+    for k, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch.isspace() and depth == 0:
+            items.append(text[start:k])
+            start = k + 1
+    items.append(text[start:])
+    out = []
+    for item in (i.strip() for i in items):
+        key, sep, value = item.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if item:
+            out.append(f"{key}{sep}{value}")
+    return out
+
+
 def parse_params(items) -> dict:
     """Facts the user gives as KEY=VALUE (fix --param, the TUI's params field); FixError names a bad one."""
     from gpudoctor.engine.fixes.errors import FixError

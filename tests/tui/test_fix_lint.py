@@ -270,3 +270,37 @@ async def test_lint_view_reads_the_script_again_after_a_fix_is_applied_and_undon
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.screen is screen and screen.result is not None
                          and screen.result.findings == before, what="the findings of the restored script")
+
+
+@pytest.mark.parametrize("typed, items", [
+    ("sample_input=torch.zeros(1, 32, device=dev) port=29500",
+     ["sample_input=torch.zeros(1, 32, device=dev)", "port=29500"]),
+    ("sample_input='torch.zeros(1, 32)'   bad_gpu=3", ["sample_input=torch.zeros(1, 32)", "bad_gpu=3"]),
+    ('checkpoint="/runs/my run/ckpt" bad_gpu=2 nope', ["checkpoint=/runs/my run/ckpt", "bad_gpu=2", "nope"]),
+    ("", []),
+])
+def test_the_params_field_splits_where_a_shell_would(typed, items):
+    """QA24 T3: the field was split on every space, so `sample_input=torch.zeros(1, 32)` became two items and the
+    D26 lazy-layer fix could not be given its input from the TUI."""
+    from gpudoctor.engine.fixes.facts import split_params
+
+    assert split_params(typed) == items
+
+
+async def test_the_lazy_layer_fix_takes_its_sample_input_from_the_params_field(make, tmp_path, state):
+    script = tmp_path / "lazy.py"
+    script.write_text("import torch\nimport torch.distributed as dist\n"
+                      "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+                      "dist.init_process_group('gloo')\nmodel = torch.nn.Sequential(torch.nn.LazyLinear(2))\n"
+                      "model = DDP(model)\n")
+    app = make()
+    async with app.run_test(size=(100, 30)) as pilot:
+        app.open_fix("D26", script=str(script))
+        await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None, what="plan")
+        screen = app.screen
+        first = screen.plan
+        screen.query_one("#fix-params").value = "sample_input=torch.zeros(1, 4)"
+        screen.query_one("#fix-params").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen.plan is not first, what="the plan with the input")
+        assert "model(torch.zeros(1, 4))" in screen.shown_text

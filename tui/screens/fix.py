@@ -124,8 +124,10 @@ class FixScreen(Screen):
         self.replan()
 
     def replan(self) -> None:
+        from gpudoctor.engine.fixes.facts import split_params
+
         catalog, entry_id, script, cmd = self.app.catalog, self.entry_id, self.script or None, self.cmd or None
-        diagnosis, logs, params = self.diagnosis, self.logs, self.params.split()
+        diagnosis, logs, params = self.diagnosis, self.logs, split_params(self.params)
 
         def run() -> None:
             from gpudoctor.engine.fixes import FixError, facts_from_diagnosis, plan_fix
