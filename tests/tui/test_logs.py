@@ -258,6 +258,29 @@ async def test_a_script_given_with_the_log_confirms_the_cause_it_shows(make, tmp
         assert "confirmed by the script" in str(first.prompt)
 
 
+async def test_the_witness_note_survives_an_80_column_terminal(make, tmp_path):
+    """QA24 T2: at 80x24 the note came after the title, on a third wrapped line of the option, the first to go when
+    the list is short of room; it now comes before the title, on the option's first line with the entry's id."""
+    import re
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "data" / "lint" / "buggy" / "d3_set_device_global_rank.py"
+    log = tmp_path / "rank9.log"
+    log.write_text("starting\nRuntimeError: CUDA error: invalid device ordinal\n")
+    app = make(logs=[str(log)], script=str(script))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.diagnosis is not None,
+                         what="the diagnosis")
+        await pilot.pause(0.2)
+        import html
+
+        svg = app.export_screenshot()
+        rows = [html.unescape(t).replace("\xa0", " ") for t in re.findall(r"<text[^>]*>(.*?)</text>", svg)]
+        shown = "".join(rows)
+        assert "confirmed by the script" in shown
+        assert shown.index("confirmed by the script") < shown.index("All processes land on GPU 0")
+
+
 async def test_guesses_alone_say_what_would_confirm_them_and_a_script_given_silences_that(make, tmp_path):
     from pathlib import Path
 

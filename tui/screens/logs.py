@@ -35,9 +35,10 @@ def finding_option(n: int, finding) -> Option:
     style = "bold green" if tier == "match" else "yellow"
     witnesses = sorted({ev.signature.split(":", 1)[0] for ev in finding.evidence
                         if ev.signature.startswith(("script:", "command:", "probe:"))})
-    seen = (" · confirmed by the " + " and ".join(witnesses), "cyan") if witnesses else ""
+    # ahead of the title, which an 80-column terminal cuts: the witness is what makes a guess a confirmed cause
+    seen = ("confirmed by the " + " and ".join(witnesses) + ": ", "cyan") if witnesses else ""
     line = Text.assemble((f"{n}. ", "dim"), (f"{tier:<9}", style), f"{finding.score:4.2f} ",
-                         (f"{finding.id:<5}", "bold"), " ", finding.title, seen)
+                         (f"{finding.id:<5}", "bold"), " ", seen, finding.title)
     return Option(line, id=finding.id)
 
 
