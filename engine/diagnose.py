@@ -294,6 +294,8 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
 
         readable = {s.name: texts[s.name] for s, scan in scans
                     if s.name in texts and not scan.binary and not is_pyspy_dump(texts[s.name])}
+        if any(_stopped_by_hand(text) for text in readable.values()):
+            return hinted  # a run stopped with Ctrl-C that printed no failure: its launch reads like nothing
         return (hinted + context_findings(catalog, readable, matched | {h.id for h in hinted}))[:LIMIT]
     if not lines and not hinted:
         return []  # a weak signature alone, with no failure in sight, is no reason to guess
@@ -303,6 +305,12 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
         return (hinted + found)[:LIMIT_BESIDE_MATCH]
     found = possible_findings(catalog, lines, matched, LIMIT, weak) if lines else []
     return (hinted + found)[:LIMIT]
+
+
+def _stopped_by_hand(text: str) -> bool:
+    from gpudoctor.engine.launch_rules import stopped_by_hand
+
+    return stopped_by_hand(text)
 
 
 PASTE_LINES = 3  # an input this short is a pasted error line, not a log

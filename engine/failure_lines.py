@@ -18,6 +18,10 @@ _COMMAND = _lazy(r"\s*(?:\$|\+|>>>|#|\w+@[\w.-]+:\S*[$#])\s")  # an echoed comma
 _WARNING = _lazy(r"\b(?:WARNING|Warning|warning|[A-Z]\w*Warning)\b")
 _FRAME_LINE = _lazy(r'\s*(?:\[[^\]]{1,40}\]:?\s*)?(?:File "[^"]*", line \d+|frame #\d+:|#\d+ 0x[0-9a-f]+ in )')
 _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signal", "lost-peer", "mismatch")
+# torchrun's own reaction to a Ctrl-C (the agent's "Received 2 death signal", its SIGINT to the workers, the SIGKILL
+# it escalates to, the SignalException it raises): not the run's failure, which is whatever the ranks were doing
+_STOPPED_BY_HAND = _lazy(r"Received 2 death signal|closing signal SIGINT\b|got signal: 2\b|raise SignalException\(|"
+                         r"Unable to shutdown process \d+ via (?:2|Signals\.SIGINT)\b")
 SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
 MAX_QUERY_CHARS = 400
 
@@ -84,7 +88,7 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
     for (file, line), (text, kind) in sorted(both.items()):
         body = " ".join(parse_hit_prefix(text).body.split())
         key = _DIGITS.sub("0", body)[:200]
-        if not body or key in seen or _FRAME_LINE.match(body):
+        if not body or key in seen or _FRAME_LINE.match(body) or _STOPPED_BY_HAND.search(body):
             continue
         seen.add(key)
         out.append(Evidence(file, line, text, kind))

@@ -160,6 +160,11 @@ _BY_HAND = _lazy(r"Received 2 death signal|SignalException: Process \d+ got sign
                  r"Unable to shutdown process \d+ via (?:2|Signals\.SIGINT), forcefully exiting via")
 
 
+def stopped_by_hand(text: str) -> bool:
+    """torchrun's agent was stopped with Ctrl-C (SIGINT) in this text."""
+    return "signal" in text and _BY_HAND.search(text) is not None
+
+
 def interrupted_by_hand_rule(text: str, file: str) -> list:
     """D28 ruled out when torchrun was stopped with Ctrl-C (SIGINT): its workers' SIGKILL is the agent's own escalation
     after the interrupt, not the host's OOM killer."""
@@ -171,7 +176,8 @@ def interrupted_by_hand_rule(text: str, file: str) -> list:
     line_no, line = line_at(text, m.start())
     note = (f"line {line_no}: the launcher was stopped by hand (Ctrl-C, SIGINT); a worker it then killed with SIGKILL "
             "was its own escalation, not the host running out of memory (not D28); what the ranks were doing when "
-            "stopped (a hang?) is the failure to read")
+            "stopped (a hang?) is the failure to read: while a job hangs, `gpudoctor stacks` shows where each rank "
+            "is stopped")
     return [Verdict("D28", "rule:interrupted-by-hand", (Evidence(file, line_no, line, "rule:interrupted-by-hand"),),
                     rule_out=True, note=note)]
 

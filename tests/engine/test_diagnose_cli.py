@@ -360,3 +360,13 @@ def test_a_rank_that_died_under_mp_spawn_is_named(cli_proc, name, error):
     died = [r for r in doc["ranks"] if r["status"] == "died"]
     assert [r["rank"] for r in died] == [1], doc["ranks"]
     assert error in died[0]["first_error"]["text"]
+
+
+def test_a_hang_stopped_with_ctrl_c_gets_no_guess_from_the_launchers_own_lines(cli_proc):
+    """QA24 R12, the rest: torchrun's reaction to Ctrl-C (its SIGINT to the workers, the SIGKILL it escalates to, its
+    SignalException) was read as failure lines, and the launch banner as content: D6, D1 and MN6 were guessed."""
+    log = Path(__file__).resolve().parents[1] / "data" / "runs" / "ctrl-c-on-a-hang.log"
+    r = cli_proc("diagnose", str(log), "--json")
+    doc = json.loads(r.out)
+    assert doc["findings"] == []
+    assert any("gpudoctor stacks" in note for note in doc["notes"])
