@@ -372,6 +372,24 @@ def indented(s):
     return s.with_changes(body=s.body.with_changes(body=one_per_line(list(s.body.body))))
 
 
+def flagged_lines(text: str, path: str, code: str) -> set[str]:
+    """The source lines (stripped) where lint's `code` check reports a finding: a planner changes only those
+    statements, so that it never rewrites what lint found correct (a per-rank file name, a dataset already split)."""
+    from gpudoctor.engine.lint import lint_source
+
+    lines = text.splitlines()
+    return {lines[f.line - 1].strip() for f in lint_source(text, path, select=[code]).findings
+            if f.entry_id == code and 0 < f.line <= len(lines)}
+
+
+def first_line(s) -> str:
+    """A statement's first line of code, stripped, its comments above left out (to compare with flagged_lines)."""
+    if hasattr(s, "leading_lines"):
+        s = s.with_changes(leading_lines=())
+    text = code(s).strip()
+    return text.splitlines()[0].strip() if text else ""
+
+
 # calls that print, log or write something: side effects one rank is enough for
 WRITES = {"print", "write", "writelines", "save", "dump", "log", "info", "warning", "debug", "add_scalar",
           "add_scalars", "add_image", "log_dict", "log_metrics", "savefig", "save_pretrained", "open", "makedirs",

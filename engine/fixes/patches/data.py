@@ -45,6 +45,9 @@ def distributed_sampler(text: str, path: str, facts: dict) -> tuple[str, list[st
     module = h.parse(text, path)
     taken = h.variable_names(module)
     made: list[str] = []
+    # only the loaders lint's P3 check reports: a dataset already split by rank (a Subset of every N-th sample, a
+    # shard) would be split again, and each rank would train on 1/N² of the data
+    flagged = h.flagged_lines(text, path, "P3")
 
     def rewrite(stmts, block):
         if block.gated:
@@ -52,6 +55,8 @@ def distributed_sampler(text: str, path: str, facts: dict) -> tuple[str, list[st
         out = []
         for s in stmts:
             small = s.body[0] if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 else None
+            if small is not None and h.first_line(s) not in flagged:
+                small = None
             call = small.value if isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) else None
             if call is None or h.last(h.call_name(call)) != "DataLoader" or h.kwarg(call, "sampler") is not None \
                     or _dataset_arg(call) is None or not isinstance(small.targets[0].target, cst.Name):
@@ -78,7 +83,8 @@ def distributed_sampler(text: str, path: str, facts: dict) -> tuple[str, list[st
 
     module = h.rewrite_bodies(module, rewrite)
     if not made:
-        raise NotApplicable(f"{path}: no `loader = DataLoader(dataset, ...)` without a sampler outside a rank-0 branch"
+        raise NotApplicable(f"{path}: no `loader = DataLoader(dataset, ...)` that lint reports reading the same data on "
+                            "every rank (outside a rank-0 branch, over a dataset not already split by rank)"
                             + (" (beside a sampler, only a shuffling loader is changed)" if sampled else ""))
     module = h.add_import(module, "from torch.utils.data.distributed import DistributedSampler", "DistributedSampler")
     code = module.code

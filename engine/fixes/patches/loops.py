@@ -45,17 +45,40 @@ def join_uneven_inputs(text: str, path: str, facts: dict) -> tuple[str, list[str
                          "with equal shards (DistributedSampler, same drop_last) it is not needed"]
 
 
+class _SamplerScopes(cst.CSTVisitor):
+    """Variable -> the innermost function that assigns it (None at module level), for each DistributedSampler."""
+
+    def __init__(self):
+        super().__init__()
+        self.functions: list = []
+        self.found: dict[str, object] = {}
+
+    def visit_FunctionDef(self, node) -> bool:
+        self.functions.append(node)
+        return True
+
+    def leave_FunctionDef(self, original) -> None:
+        self.functions.pop()
+
+    def visit_Assign(self, node) -> bool:
+        if isinstance(node.value, cst.Call) and h.last(h.call_name(node.value)) == "DistributedSampler":
+            name = h.dotted(node.targets[0].target)
+            if name and name not in self.found:
+                self.found[name] = self.functions[-1] if self.functions else None
+        return True
+
+
 def _sampler_names(module: cst.Module) -> dict[str, object]:
     """Variable -> the function that assigns it (None at module level), for each DistributedSampler."""
-    found = {}
-    for func in [None, *h.m.findall(module, h.m.FunctionDef())]:
-        body = module if func is None else func.body
-        for assign in h.m.findall(body, h.m.Assign()):
-            if isinstance(assign.value, cst.Call) and h.last(h.call_name(assign.value)) == "DistributedSampler":
-                name = h.dotted(assign.targets[0].target)
-                if name and name not in found:
-                    found[name] = func
-    return found
+    visitor = _SamplerScopes()
+    module.visit(visitor)
+    return visitor.found
+
+
+def _visible(name: str, scope, block) -> bool:
+    """A sampler's name can be read in this block: assigned in its function or at module level, or an attribute
+    (self.sampler), which outlives the method that set it."""
+    return scope is None or scope is block.scope or "." in name
 
 
 def _epoch_loop(s) -> bool:
@@ -119,7 +142,8 @@ def sampler_set_epoch(text: str, path: str, facts: dict) -> tuple[str, list[str]
                 if epoch is None:
                     out.append(s)
                     continue
-                local = [n for n, scope in samplers.items() if scope is None or scope is block.scope]
+                # a sampler that is another function's local is out of reach here: the loader carries it
+                local = [n for n, scope in samplers.items() if _visible(n, scope, block)]
                 if local:
                     sampler = local[0]
                 else:

@@ -7,6 +7,7 @@ import libcst as cst
 
 from gpudoctor.engine.fixes import cst as h
 from gpudoctor.engine.fixes.errors import UNSAFE, NotApplicable
+from gpudoctor.engine.lint.checks.d23_every_rank_saves import PER_RANK
 
 _BARRIERS = {"barrier", "monitored_barrier", "wait_for_everyone"}
 
@@ -260,8 +261,10 @@ def _mirror_early_return(stmts: list, helpers, moved: list) -> list:
 # --- D23 -----------------------------------------------------------------------------------------
 
 
-def _side_effect(s) -> str | None:
-    """'print' or 'save' for a statement line that only prints or saves, else None."""
+def _side_effect(s, flagged: set[str]) -> str | None:
+    """'print' or 'save' for a statement line that only prints or saves, else None. Every rank's own output is left,
+    as lint's D23 check leaves it: a save only where lint flags it (not to a per-rank path: rng_state_{rank}.pt), a
+    print only when it does not name its rank (f"[rank {rank}] ...")."""
     if not isinstance(s, cst.SimpleStatementLine) or len(s.body) != 1 or not isinstance(s.body[0], cst.Expr):
         return None
     value = s.body[0].value
@@ -269,8 +272,9 @@ def _side_effect(s) -> str | None:
         return None
     name = h.call_name(value)
     if name == "print":
-        return "print"
-    if name == "torch.save" and len(value.args) >= 2:
+        said = " ".join(h.code(a.value) for a in value.args)
+        return None if any(word in said for word in PER_RANK) else "print"
+    if name == "torch.save" and len(value.args) >= 2 and h.first_line(s) in flagged:
         return "save"
     return None
 
@@ -291,7 +295,7 @@ def _gate_group(group: list, dist: str, taken: set[str]) -> list:
     body = []
     saves = False
     for s in group:
-        if _side_effect(s) == "save":
+        if isinstance(s.body[0].value, cst.Call) and h.call_name(s.body[0].value) == "torch.save":
             call = s.body[0].value
             obj, path = h.code(call.args[0].value), call.args[1].value
             tmp = _tmp_path(path)
@@ -318,13 +322,14 @@ def rank_zero_side_effects(text: str, path: str, facts: dict) -> tuple[str, list
     dist = h.dist_alias(module)
     taken = {n.value for n in h.m.findall(module, h.m.Name())}
     counts = {"print": 0, "save": 0}
+    flagged = h.flagged_lines(text, path, "D23")
 
     def gate(stmts, block):
         if block.gated:
             return stmts
         out, group = [], []
         for s in stmts + [None]:
-            kind = _side_effect(s) if s is not None else None
+            kind = _side_effect(s, flagged) if s is not None else None
             if kind:
                 counts[kind] += 1
                 group.append(s)
@@ -374,7 +379,8 @@ def rank_zero_side_effects(text: str, path: str, facts: dict) -> tuple[str, list
         body = list(module.body)
         module = module.with_changes(body=body[: init_at + 1] + gate_all(body[init_at + 1:]))
     if not any(counts.values()):
-        raise NotApplicable(f"{path}: no print or torch.save that runs on every rank after init_process_group")
+        raise NotApplicable(f"{path}: no print or torch.save that every rank runs after init_process_group (a save "
+                            "to a per-rank path, or a print that names its rank, is that rank's own)")
     if counts["save"]:
         module = h.add_import(module, "import os", "os")
     notes = [f"{counts['print']} print(s) and {counts['save']} save(s) now run on rank 0 only"]

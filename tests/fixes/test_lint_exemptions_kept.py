@@ -1,0 +1,141 @@
+"""QA25 Q4, Q5, Q24, Q25: the D22, P3 and D23 planners keep to what lint finds, and the scripts they patch still run.
+Each script runs for real on two gloo ranks (test_behaviour.run_ranks)."""
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+pytest.importorskip("torch")
+
+from test_behaviour import run_ranks  # noqa: E402  (the runner after the skip)
+
+from gpudoctor.engine.fixes.errors import NotApplicable  # noqa: E402
+from gpudoctor.engine.fixes.patches import get  # noqa: E402
+from gpudoctor.engine.lint import lint_source  # noqa: E402
+
+HEAD = """from datetime import timedelta
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
+"""
+
+# the sampler is a local of the function that builds the loader; the epoch loop is in main()
+SAMPLER_IN_A_HELPER = HEAD + """
+
+def build():
+    ds = TensorDataset(torch.arange(16.0).unsqueeze(1))
+    sampler = DistributedSampler(ds)
+    return DataLoader(ds, batch_size=2, sampler=sampler)
+
+
+def main():
+    dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+    loader = build()
+    for epoch in range(2):
+        order = []
+        for (b,) in loader:
+            order += [int(x) for x in b.flatten().tolist()]
+        print(f"rank {dist.get_rank()} epoch {epoch} order {order}", flush=True)
+    dist.destroy_process_group()
+
+
+main()
+"""
+
+# the loaders are built in a helper; the training loop in main() reads what it returns
+LOADERS_IN_A_HELPER = HEAD + """
+
+def make_loaders():
+    train_ds = TensorDataset(torch.randn(40, 4), torch.randn(40, 1))
+    train_loader = DataLoader(train_ds, batch_size=4, shuffle=True, drop_last=True)
+    return train_loader
+
+
+def main():
+    dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+    train_loader = make_loaders()
+    model = DDP(nn.Linear(4, 1))
+    seen = 0
+    for epoch in range(2):
+        for x, y in train_loader:
+            nn.functional.mse_loss(model(x), y).backward()
+            seen += len(x)
+    print(f"rank {dist.get_rank()} samples {seen}", flush=True)
+    dist.destroy_process_group()
+
+
+main()
+"""
+
+ALREADY_SPLIT = HEAD + """
+dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+rank, world = dist.get_rank(), dist.get_world_size()
+full = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+mine = Subset(full, list(range(rank, len(full), world)))
+loader = DataLoader(mine, batch_size=8, shuffle=True, drop_last=True)
+model = DDP(nn.Linear(4, 1))
+"""
+
+OWN_FILES = HEAD + """import os
+
+dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+rank = dist.get_rank()
+t = torch.ones(1) * rank
+dist.all_reduce(t)
+for step in range(2):
+    print(f"[rank {rank}] step {step} reduced {t.item()}", flush=True)
+torch.save({"rng": torch.get_rng_state()}, f"rng_state_{rank}.pt")
+torch.save({"value": t}, "shared.pt")
+dist.destroy_process_group()
+"""
+
+
+def _patch(action: str, text: str, tmp_path) -> tuple[str, list[str]]:
+    after, notes = get(action)(text, str(tmp_path / "train.py"), {})
+    ast.parse(after)
+    return after, notes
+
+
+def test_set_epoch_reaches_a_sampler_that_is_another_functions_local_through_the_loader(tmp_path):
+    after, _ = _patch("sampler-set-epoch", SAMPLER_IN_A_HELPER, tmp_path)
+    assert "loader.sampler.set_epoch(epoch)" in after and "\n        sampler.set_epoch" not in after
+    script = tmp_path / "train.py"
+    script.write_text(after)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs  # it was a NameError: name 'sampler' is not defined
+    orders = re.findall(r"rank 0 epoch (\d) order (\[.*\])", outs[0])
+    assert len(orders) == 2 and orders[0][1] != orders[1][1]  # reshuffled between epochs
+    assert not lint_source(after, "train.py", select=["D22"]).findings
+
+
+def test_the_p3_sampler_made_in_a_helper_gets_its_set_epoch_through_the_returned_loader(tmp_path):
+    after, _ = _patch("distributed-sampler", LOADERS_IN_A_HELPER, tmp_path)
+    assert "train_loader.sampler.set_epoch(epoch)" in after
+    script = tmp_path / "train.py"
+    script.write_text(after)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    assert all("samples 40" in out for out in outs), outs  # 20 of the 40 per rank and epoch, two epochs
+
+
+def test_p3_leaves_a_loader_over_a_dataset_already_split_by_rank(tmp_path):
+    assert not lint_source(ALREADY_SPLIT, "train.py", select=["P3"]).findings
+    with pytest.raises(NotApplicable, match="not already split by rank"):
+        get("distributed-sampler")(ALREADY_SPLIT, str(tmp_path / "train.py"), {})
+
+
+def test_d23_gates_the_shared_save_and_leaves_every_ranks_own_file_and_named_prints(tmp_path, monkeypatch):
+    after, notes = _patch("rank-zero-side-effects", OWN_FILES, tmp_path)
+    assert "0 print(s) and 1 save(s)" in notes[0]
+    assert 'torch.save({"rng": torch.get_rng_state()}, f"rng_state_{rank}.pt")' in after  # not gated, not renamed
+    script = tmp_path / "train.py"
+    script.write_text(after)
+    monkeypatch.chdir(tmp_path)  # the ranks write their files where they start
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    assert "[rank 1] step 1" in outs[1]  # rank 1 still prints its own lines
+    assert {p.name for p in tmp_path.glob("*.pt")} == {"rng_state_0.pt", "rng_state_1.pt", "shared.pt"}
