@@ -110,11 +110,24 @@ def sync_batchnorm(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     return module.code, notes
 
 
+def _timedelta_name(module: cst.Module) -> str:
+    """How this file can spell timedelta: `timedelta` when imported from datetime (or to be), `dt.timedelta` after
+    `import datetime as dt`. `from datetime import datetime` binds the class, which has no timedelta."""
+    for imp in h.m.findall(module, h.m.ImportFrom()):
+        if h.dotted(imp.module or cst.Name("_")) == "datetime" and not isinstance(imp.names, cst.ImportStar) and any(
+                a.name.value == "timedelta" and a.asname is None for a in imp.names):
+            return "timedelta"
+    for imp in h.m.findall(module, h.m.Import()):
+        for alias in imp.names:
+            if h.dotted(alias.name) == "datetime":
+                return f"{alias.asname.name.value if alias.asname else 'datetime'}.timedelta"
+    return "timedelta"
+
+
 def init_timeout(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     module = h.parse(text, path)
     minutes = int(facts.get("timeout_minutes") or 10)
-    names = h.imported_names(module)
-    timedelta = "timedelta" if "timedelta" in names or "datetime" not in names else "datetime.timedelta"
+    timedelta = _timedelta_name(module)
     changed = []
 
     def fix(call):

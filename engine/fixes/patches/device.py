@@ -51,7 +51,12 @@ def device_from_local_rank(text: str, path: str, facts: dict) -> tuple[str, list
     if any(h.last(h.call_name(c)) in ("spawn", "start_processes") for c in h.calls(module)):
         raise NotApplicable(f"{path}: starts its ranks with mp.spawn, where the rank given to each process is "
                             "its local rank on one node; D3's fix is for launcher-started scripts")
-    var = _local_rank_var(module) or "local_rank"
+    # a `local_rank` of the file's own that is not read from LOCAL_RANK (argparse's --local_rank, -1 under torchrun,
+    # which passes no such argument) is not reused: set_device(-1) does nothing and every rank stays on cuda:0
+    taken = h.variable_names(module)
+    var = _local_rank_var(module) or next(n for n in ("local_rank", "env_local_rank", "local_rank_from_env",
+                                                      *(f"local_rank_{k}" for k in range(len(taken) + 1)))
+                                          if n not in taken)
     name = h.expr(var)
     fstring = h.expr(f'f"cuda:{{{var}}}"')
     changed: list[str] = []

@@ -1,5 +1,6 @@
-"""QA25 Q4, Q5, Q24, Q25: the D22, P3 and D23 planners keep to what lint finds, and the scripts they patch still run.
-Each script runs for real on two gloo ranks (test_behaviour.run_ranks)."""
+"""QA25 Q4, Q5, Q24, Q25, Q28, Q29: the D22, P3 and D23 planners keep to what lint finds, the MN3 and D3 planners
+write names that mean what they should where they write them, and the scripts they patch still run. Each script runs
+for real on two gloo ranks (test_behaviour.run_ranks)."""
 from __future__ import annotations
 
 import ast
@@ -139,3 +140,82 @@ def test_d23_gates_the_shared_save_and_leaves_every_ranks_own_file_and_named_pri
     assert codes == [0, 0], outs
     assert "[rank 1] step 1" in outs[1]  # rank 1 still prints its own lines
     assert {p.name for p in tmp_path.glob("*.pt")} == {"rng_state_0.pt", "rng_state_1.pt", "shared.pt"}
+
+
+TIMESTAMPED = """from datetime import datetime
+import torch
+import torch.distributed as dist
+
+
+def main():
+    dist.init_process_group("gloo")
+    print(datetime.now().isoformat(), "rank", dist.get_rank(), flush=True)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    print("sum", t.item(), flush=True)
+    dist.destroy_process_group()
+
+
+main()
+"""
+
+
+def test_mn3_timeout_is_spelled_so_that_it_runs_beside_from_datetime_import_datetime(tmp_path):
+    """QA25 Q28: `datetime.timedelta(...)` was written where `datetime` is the class: AttributeError on every rank."""
+    after, _ = _patch("init-timeout", TIMESTAMPED, tmp_path)
+    assert "timeout=timedelta(minutes=10)" in after and "from datetime import timedelta\n" in after
+    script = tmp_path / "train.py"
+    script.write_text(after)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    assert all("sum 2.0" in out for out in outs)
+    module_import = TIMESTAMPED.replace("from datetime import datetime", "import datetime as dt").replace(
+        "datetime.now()", "dt.datetime.now()")
+    after, _ = _patch("init-timeout", module_import, tmp_path)
+    assert "timeout=dt.timedelta(minutes=10)" in after and "from datetime import timedelta" not in after
+
+
+ARGPARSE_LOCAL_RANK = """import argparse
+import torch
+import torch.distributed as dist
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=-1)
+    args = parser.parse_args()
+    local_rank = args.local_rank
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    torch.cuda.set_device(rank)
+    print(f"rank {rank} argparse local_rank {local_rank}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+# runs a script on CPU: gloo for nccl, and torch.cuda.set_device only records the index it is given
+CPU_SHIM = """import runpy, sys
+import torch
+import torch.distributed as dist
+
+_init = dist.init_process_group
+dist.init_process_group = lambda backend=None, **kw: _init("gloo", **kw)
+torch.cuda.set_device = lambda index: print(f"set_device({index})", flush=True)
+sys.argv = [sys.argv[1]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_d3_takes_local_rank_from_the_environment_not_from_an_argparse_default(tmp_path):
+    """QA25 Q29: the fix reused `local_rank = args.local_rank`, -1 under torchrun (which passes no --local-rank):
+    set_device(-1) does nothing and every rank stays on cuda:0."""
+    after, _ = _patch("device-from-local-rank", ARGPARSE_LOCAL_RANK, tmp_path)
+    (tmp_path / "train.py").write_text(after)
+    shim = tmp_path / "shim.py"
+    shim.write_text(CPU_SHIM.replace("sys.argv = [sys.argv[1]]", f"sys.argv = [{str(tmp_path / 'train.py')!r}]"))
+    codes, outs, _ = run_ranks(shim)
+    assert codes == [0, 0], outs
+    assert "set_device(0)" in outs[0] and "set_device(1)" in outs[1], outs
+    assert "argparse local_rank -1" in outs[0]  # the script's own variable is left as it was
