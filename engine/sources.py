@@ -267,6 +267,17 @@ def resolve(inputs: list[str], problems: list[str] | None = None, names: dict | 
     return [_shown_safely(s) for s in _once(sources)]
 
 
+def resolve_some(inputs: list[str], names: dict | None = None) -> tuple[list[Source], list[str]]:
+    """(the sources that can be read, what was left out and why): a file left out beside readable ones (a train.py
+    in a run folder, one unreadable log of eight) is a note, as diagnose prints it; InputError only when nothing
+    can be read (the one problem, or how many inputs failed)."""
+    problems: list[str] = []
+    sources = resolve(inputs, problems, names)
+    if not sources:
+        raise InputError(problems[0] if len(problems) == 1 else f"none of the {len(problems)} inputs could be read")
+    return sources, problems
+
+
 def _once(sources: list[Source]) -> list[Source]:
     """Each file once, however often it was named (a folder and a file in it, the same path twice, a link)."""
     seen: set[tuple[int, int]] = set()

@@ -74,12 +74,18 @@ def parse_params(items) -> dict:
         raise UserError(str(exc)) from None
 
 
-def _diagnose_logs(paths, catalog, stdin=None):
+def _diagnose_logs(paths, catalog, stdin=None, err=None):
     from gpudoctor.engine.diagnose import diagnose
-    from gpudoctor.engine.sources import InputError, resolve
+    from gpudoctor.engine.sources import InputError, resolve_some
 
     try:
-        return diagnose(catalog, resolve(paths), stdin=stdin)
+        sources, left_out = resolve_some(paths)
+        if err is not None:
+            from gpudoctor.commands.diagnose import _warn
+
+            for problem in left_out:  # a train.py beside the logs: named, as diagnose names it
+                _warn(err, problem)
+        return diagnose(catalog, sources, stdin=stdin)
     except InputError as exc:
         raise UserError(str(exc)) from None
 
@@ -181,7 +187,7 @@ def run(args, out) -> int:
         from gpudoctor.engine.corroborate import corroborate
 
         with _stdin_as_file(args.log) as logs:  # `--log -`: a piped log, read as diagnose reads it
-            diagnosis = corroborate(_diagnose_logs(logs, catalog), witnesses_of(args), catalog)
+            diagnosis = corroborate(_diagnose_logs(logs, catalog, err=args.err), witnesses_of(args), catalog)
             facts = facts_from_diagnosis(diagnosis, logs=logs)
         if entry_id is None:
             matches = [f for f in diagnosis.findings if f.tier == "match"]

@@ -37,7 +37,7 @@ def run(args, out) -> int:
 
 def launch(args, logs: list[str], script: str | None = None) -> int:
     """Validate the inputs, read a piped log, then hand the terminal to the app; returns the exit code."""
-    from gpudoctor.engine.sources import InputError, resolve
+    from gpudoctor.engine.sources import InputError, resolve_some
 
     if getattr(args, "json", False):
         raise UserError("--json has no meaning in the interactive session: use gpudoctor diagnose --json")
@@ -47,7 +47,7 @@ def launch(args, logs: list[str], script: str | None = None) -> int:
     others = [p for p in logs if p != "-"]
     if others:
         try:
-            resolve(others)
+            resolve_some(others)  # what is left out beside readable logs (a train.py) is noted in the session
         except InputError as exc:
             raise UserError(str(exc)) from None
     if script is not None and not os.path.isfile(script):

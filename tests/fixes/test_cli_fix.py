@@ -274,3 +274,15 @@ def test_a_script_over_the_size_limit_is_refused_at_once(cli, tmp_path):
     start = time.monotonic()
     res = cli("fix", "D22", "--script", str(big))
     assert res.code == 2 and "MB is more than a training script" in res.err and time.monotonic() - start < 5
+
+
+def test_fix_from_a_run_folder_reads_its_logs_and_names_the_script_it_left_out(cli, tmp_path):
+    """QA25 Q12: a train.py beside the logs made `fix --log DIR` a usage error (exit 2)."""
+    import shutil
+
+    shutil.copy(DATA / "logs" / "D4" / "two-torchrun-same-master-port.log", tmp_path / "rank0.log")
+    (tmp_path / "train.py").write_text("import torch\n")
+    res = cli("fix", "--log", str(tmp_path), "--json")
+    assert res.code == 0, res
+    assert json.loads(res.out)["entry"] == "D4"
+    assert "left out 1 file" in res.err and "train.py" in res.err

@@ -67,3 +67,12 @@ def test_json_is_refused_for_the_interactive_session():
         assert main(argv, stdout=io.StringIO(), stderr=err) == 2
         assert "--json has no meaning in the interactive session" in err.getvalue()
 
+
+
+def test_a_run_folder_with_its_script_beside_the_logs_passes_the_launch_checks(tmp_path):
+    """QA25 Q12: `gpudoctor tui DIR` exited 2 on the note that DIR's train.py is not a log."""
+    (tmp_path / "rank0.log").write_text("RuntimeError: Expected to have finished reduction in the prior iteration\n")
+    (tmp_path / "train.py").write_text("import torch\n")
+    err = io.StringIO()
+    assert main(["tui", str(tmp_path)], stdout=io.StringIO(), stderr=err) == 2
+    assert "needs a terminal" in err.getvalue() and "train.py" not in err.getvalue()

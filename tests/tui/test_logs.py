@@ -369,3 +369,17 @@ async def test_the_paste_tab_takes_typed_keys_when_reached_by_keyboard(make):
         await pilot.press(*"NCCL")
         assert box.text == "NCCL"
         assert "pasted" in str(app.screen.query_one("#open-hint").render())
+
+
+async def test_a_run_folder_with_its_script_beside_the_logs_is_diagnosed(make, tmp_path):
+    """QA25 Q12: the TUI took the note that train.py was left out for a fatal error: no findings, no log."""
+    import shutil
+
+    shutil.copy(D8_LOG, tmp_path / "rank0.log")
+    (tmp_path / "train.py").write_text("import torch\n")
+    app = make()
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_log(app, pilot, [tmp_path])
+        assert screen.diagnosis.findings and screen.diagnosis.findings[0].id == "D8"
+        await pilot.pause(0.2)
+        assert any("train.py" in n.message for n in app._notifications)

@@ -98,7 +98,7 @@ class LogScreen(Screen):
         first_lines = self.first_lines
 
         def run() -> None:
-            from gpudoctor.engine.sources import InputError, resolve
+            from gpudoctor.engine.sources import InputError, resolve_some
             from gpudoctor.tui.work import get_current_worker
 
             worker = get_current_worker()
@@ -110,10 +110,17 @@ class LogScreen(Screen):
                 names[tmp] = "<pasted>"
                 self.temp_files.append(tmp)
             try:
-                sources = [replace(s, name=names.get(str(s.path), s.name)) for s in resolve(paths)]
+                found, left_out = resolve_some(paths)
             except InputError as exc:
                 self.post_message(WorkFailed("diagnosis", str(exc)))
                 return
+            sources = [replace(s, name=names.get(str(s.path), s.name)) for s in found]
+            if left_out:
+                from gpudoctor.engine.display import clean_for_display
+
+            for problem in left_out:  # a train.py beside the logs: named, and the logs are read
+                self.app.call_from_thread(self.notify, clean_for_display(problem), severity="warning", timeout=8,
+                                          markup=False)
             self.post_message(SourcesResolved(sources))
             first_lines.wait(FIRST_LINES_WAIT_S)
             total = sum(s.size or 0 for s in sources) or None
