@@ -237,7 +237,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.port_rules import bind_errno_rule, second_rank_zero_rule, zmq_in_use_rule
     from gpudoctor.engine.progress_rules import unequal_lengths_rule
     from gpudoctor.engine.shm_rules import shm_rules
-    from gpudoctor.engine.slow_step import slow_step_rule
+    from gpudoctor.engine.slow_step import slow_step_across, slow_step_rule
     from gpudoctor.engine.stall_rules import rank_zero_alone_rule
 
     verdicts: list[Verdict] = []
@@ -297,6 +297,8 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
                     verdicts.extend(region_rules(lines, at, scan.name, first))
     if len(texts) > 1:
         verdicts.extend(second_rank_zero_rule(texts))
+        if not any(v.rule == "rule:step-as-long-as-timeout" for v in verdicts):
+            verdicts.extend(slow_step_across(texts))
     if dumps:
         from gpudoctor.engine.hangs import hang_rules
 

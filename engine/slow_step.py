@@ -131,3 +131,49 @@ def _clock(seconds: int) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+_TIMED_OUT = _lazy(r"[Tt]imed out|[Tt]imeout\b|timing out|DEADLINE_EXCEEDED|DistStoreError")
+
+
+def slow_step_across(texts: dict[str, str]) -> list[Verdict]:
+    """slow_step_rule for per-rank files: the bar is in one rank's file (rank 0 tokenising, still running and with no
+    error of its own after it), the timeout in another's. Each file alone shows half of it: a rank that printed
+    nothing wrong, and a rank that timed out waiting (which reads as a peer that failed, D20)."""
+    from gpudoctor.engine.textfind import line_at
+
+    bars = {}
+    for name, text in texts.items():
+        if "%|" not in text:
+            continue
+        last = None
+        for last in _BAR.finditer(text):
+            pass
+        if last is not None and _unfinished(last) and not _OWN_ERROR.search(text, last.end()):
+            bars[name] = last
+    if not bars:
+        return []
+    for name, text in texts.items():
+        if name in bars:
+            continue
+        timed_out = _TIMED_OUT.search(text)
+        if timed_out is None or _OWN_ERROR.search(text):
+            continue
+        limits = _stated(text) or DEFAULTS
+        for bar_file, bar in bars.items():
+            elapsed = _seconds(bar)
+            limit = next((t for t in limits if t * (1 - EARLY) <= elapsed <= t * (1 + LATE)), None)
+            if limit is None:
+                continue
+            bar_line = texts[bar_file].count("\n", 0, bar.start()) + 1
+            wait_line, wait_text = line_at(text, timed_out.start())
+            shown = bar.group(0).lstrip("| ").strip()
+            here = Evidence(name, wait_line, wait_text, "rule:step-as-long-as-timeout")
+            why = Evidence(bar_file, bar_line, f"a progress bar still running after {_clock(elapsed)} ({shown}), "
+                                               f"as long as the {_clock(limit)} timeout", "because")
+            note = (f"{bar_file} line {bar_line}: that rank's step (the progress bar) had run {_clock(elapsed)} when "
+                    f"{name}'s wait ended at the {_clock(limit)} timeout; a step that long on one rank (dataset "
+                    "preprocessing under main_process_first, caching) needs a longer timeout or to be done before "
+                    "the run")
+            return [Verdict("MN3", "rule:step-as-long-as-timeout", (here, why), score=SCORE, note=note)]
+    return []
