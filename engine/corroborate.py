@@ -19,6 +19,13 @@ MATCH_GAIN = 0.1  # a confident finding the second witness also shows moves up b
 EXPLAIN_MARGIN = 0.01  # a confirmed cause ranks this far above the symptom it explains
 GUESS_TIE = 0.005  # possible causes this close to the best guess are tied with it (scores are shown to 2 places)
 _NAMES = {"script": "the script", "command": "the launch command", "probe": "a probe"}
+# rules whose finding is the cause itself, not a symptom another bug could explain: one rank's step ran as long as
+# the timeout (MN3), so the others' wait was that step's, whatever else the script may get wrong
+_OWN_CAUSE = frozenset({"rule:step-as-long-as-timeout"})
+
+
+def _own_cause(f: Finding) -> bool:
+    return bool(_OWN_CAUSE.intersection(f.signatures))
 
 
 # what each second witness can speak for, kept here so that a plain diagnosis can say so without loading lint:
@@ -123,7 +130,8 @@ def corroborate(diagnosis, witnesses: list[Witness], catalog):
     # a bug the log does not name, whose consequence it matched: it enters as a possible cause, confirmed below
     for eid, ws in by_entry.items():
         # only a symptom the log left unexplained: a crash the log shows already says why the others timed out
-        explained = [t for t in entries[eid].explains if t in matched and not matched[t].consequence_of]
+        explained = [t for t in entries[eid].explains
+                     if t in matched and not matched[t].consequence_of and not _own_cause(matched[t])]
         if eid not in present and explained:
             entry = entries[eid]
             findings.append(Finding(id=eid, title=entry.title, score=0.0, evidence=(), fix=entry.fix_summary,
@@ -170,14 +178,14 @@ def _order(findings: list[Finding], entries: dict) -> list[Finding]:
     matches = {f.id: f for f in findings if f.tier == "match"}
     for eid in list(matches):
         for t in entries[eid].explains:
-            if t not in matches or t == eid:
+            if t not in matches or t == eid or _own_cause(matches[t]):
                 continue
             f, target = matches[eid], matches[t]
             if f.score <= target.score:
                 f = replace(f, score=round(min(0.99, target.score + EXPLAIN_MARGIN), 3))
             matches[eid] = replace(f, explains=tuple(dict.fromkeys(f.explains + (t,))))
             matches[t] = replace(target, consequence_of=tuple(sorted(set(target.consequence_of) | {eid})))
-    ranked = sorted(matches.values(), key=lambda f: (-f.score, f.consequence_of != (), f.id))
+    ranked = sorted(matches.values(), key=lambda f: (-f.score, f.consequence_of != (), not _own_cause(f), f.id))
     return ranked + [f for f in findings if f.tier != "match"]
 
 

@@ -228,3 +228,51 @@ def test_rank_n_out_of_memory_on_gpu_n_is_not_d3_even_with_a_set_device_rank_scr
     assert any("the script also shows D3" in n for n in both.notes)
     on_gpu0 = _diagnose(catalog, tmp_path, CRASH.replace("[rank0]", "[rank2]"))  # rank 2 on GPU 0: D3 stays open
     assert "D3" in [f.id for f in on_gpu0.findings]
+
+
+SLOW_STEP_LOG = (
+    "Map (num_proc=8):  50%|#####     | 2100000/4200000 [19:40<19:35, 1786.42 examples/s]\n"
+    "Map (num_proc=8):  86%|########  | 3612000/4200000 [33:52<05:30, 1777.00 examples/s]\n"
+    "[rank1]:[E1128 10:30:05.121000 2211 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) "
+    "ran for 1800081 milliseconds before timing out.\n"
+    "[rank1]:[E1128 10:30:05.122000 2211 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1633] [PG ID 0 PG GUID "
+    "0(default_pg) Rank 1] Timeout at NCCL work: 1, last enqueued NCCL work: 1, last completed NCCL work: -1.\n")
+EPOCH_END_D21 = """import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def evaluate(model):
+    t = torch.zeros(1)
+    dist.all_reduce(t)
+    return t.item()
+
+
+def main():
+    dist.init_process_group("nccl")
+    model = DDP(torch.nn.Linear(4, 1).cuda())
+    for epoch in range(3):
+        model(torch.randn(1, 4).cuda()).sum().backward()
+        if dist.get_rank() == 0:
+            print("eval", evaluate(model))
+
+
+main()
+"""
+
+
+def test_a_timeout_proven_to_be_one_ranks_long_step_is_not_explained_away_by_the_scripts_other_bug(catalog, tmp_path):
+    """QA25 Q26: a D21 the script shows (an epoch-end eval on rank 0) demoted the log's MN3, proven by rank 0's bar
+    still running at the timeout, to "a consequence of D20, D21", and `fix --log` then planned D20."""
+    log = tmp_path / "job.log"
+    log.write_text(SLOW_STEP_LOG)
+    script = tmp_path / "train.py"
+    script.write_text(EPOCH_END_D21)
+    alone = diagnose(catalog, resolve([str(log)]))
+    assert alone.findings[0].id == "MN3"
+    both = corroborate(alone, from_lint(lint_paths([str(script)], jobs=1).findings), catalog)
+    top = both.findings[0]
+    assert (top.id, top.consequence_of) == ("MN3", ())
+    assert all(f.id != "D21" or f.tier != "match" for f in both.findings)
+    assert any("D21" in note and "gives no sign of" in note for note in both.notes)
