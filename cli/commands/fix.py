@@ -351,8 +351,11 @@ def plan_for_diagnosis(result, args, catalog):
     try:
         return plan_fix(catalog, top.id, script=args.script, cmd=args.cmd, facts=facts, only=only,
                         only_why=NOT_CALLED_FOR)
-    except FixError as exc:
-        raise UserError(str(exc)) from None
+    except FixError as exc:  # a script only a newer Python parses: the log's diagnosis stands, without the diff
+        from gpudoctor.commands.diagnose import _warn
+
+        _warn(args.err, f"no fix planned for {top.id}: {exc}")
+        return None
 
 
 def emit_for_diagnosis(plan, fmt: str, out, payload=None) -> None:

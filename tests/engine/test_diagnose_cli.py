@@ -370,3 +370,16 @@ def test_a_hang_stopped_with_ctrl_c_gets_no_guess_from_the_launchers_own_lines(c
     doc = json.loads(r.out)
     assert doc["findings"] == []
     assert any("gpudoctor stacks" in note for note in doc["notes"])
+
+
+def test_a_script_that_does_not_parse_leaves_the_logs_diagnosis_standing(cli_proc, tmp_path):
+    """QA25 Q17: a --script only a newer Python parses (a 3.12 `type` alias) threw the whole diagnosis away (exit 2,
+    nothing on stdout) right after a warning that said the script was skipped."""
+    log = Path(__file__).resolve().parents[1] / "data" / "runs" / "nan-skip-on-one-rank.log"
+    script = tmp_path / "train.py"
+    script.write_text("import torch\ntype Batch = list[int]\n")
+    r = cli_proc("diagnose", str(log), "--script", str(script), "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["findings"][0]["id"] == "D20" and "fix" not in doc
+    assert "no fix planned for D20" in r.err and "train.py" in r.err
