@@ -22,6 +22,10 @@ _STRUCT_FAILURES = ("exception", "nccl-warn", "watchdog", "gloo-timeout", "signa
 # it escalates to, the SignalException it raises): not the run's failure, which is whatever the ranks were doing
 _STOPPED_BY_HAND = _lazy(r"Received 2 death signal|closing signal SIGINT\b|got signal: 2\b|raise SignalException\(|"
                          r"Unable to shutdown process \d+ via (?:2|Signals\.SIGINT)\b")
+# torchrun's account of a worker's failure (the agent's "failed (exitcode: 1) local_rank: 0", its ChildFailedError and
+# the summary block): an echo of the rank's own error, read only where no rank printed one (a rank killed silently)
+_LAUNCHER_ECHO = _lazy(r"\bfailed \(exitcode: -?\d+\) local_rank: \d+|ChildFailedError|^\S+ FAILED\s*$|"
+                       r"exitcode\s*: -?\d+ \(pid: \d+\)|closing signal SIGTERM\b|Root Cause \(first observed failure\)")
 SHORT_INPUT = 2  # an input of at most this many lines is a pasted error: every line of it is a failure line
 MAX_QUERY_CHARS = 400
 
@@ -71,6 +75,10 @@ def failure_lines(scans, patterns, texts: dict | None = None) -> list[Evidence]:
                 found[(name, line_no)] = text
     if found and not any(_FAILURE.search(t) or not _WARNING.search(t) for t in found.values()):
         found = {}  # warnings alone: a run that printed advice, not one that failed
+    bodies = {k: parse_hit_prefix(t).body.strip() for k, t in found.items()}
+    if any(not _LAUNCHER_ECHO.search(b) and not _STOPPED_BY_HAND.search(b) and not _FRAME_LINE.match(b)
+           and _FAILURE.search(b) for b in bodies.values()):
+        found = {k: t for k, t in found.items() if not _LAUNCHER_ECHO.search(bodies[k])}  # the ranks' own errors
     out, seen = [], set()
     both = {k: (t, "failure-line") for k, t in found.items()}
     both.update({k: (t, "pasted-line") for k, t in pasted.items() if k not in found})

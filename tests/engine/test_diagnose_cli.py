@@ -383,3 +383,12 @@ def test_a_script_that_does_not_parse_leaves_the_logs_diagnosis_standing(cli_pro
     doc = json.loads(r.out)
     assert doc["findings"][0]["id"] == "D20" and "fix" not in doc
     assert "no fix planned for D20" in r.err and "train.py" in r.err
+
+
+def test_torchruns_failure_summary_is_no_failure_line_beside_the_ranks_own_error(cli_proc):
+    """QA25 Q3: a plain ModuleNotFoundError under torchrun was guessed D1, D3 and D28 from the launcher's echo of it
+    ("failed (exitcode: 1) local_rank: 0", ChildFailedError, "exitcode : 1 (pid: ...)"), never from the error."""
+    log = Path(__file__).resolve().parents[1] / "data" / "runs" / "import-error-under-torchrun.log"
+    r = cli_proc("diagnose", str(log), "--json")
+    assert r.code == 1
+    assert json.loads(r.out)["findings"] == []

@@ -219,8 +219,10 @@ def test_timeouts_beside_a_ranks_own_error_weigh_less_than_it():
 
 
 def test_failure_lines_read_together_reorder_the_guesses(monkeypatch):
-    """A module left on the CPU under DDP: the error line alone reads most like D3 (a device mismatch), the lines
-    together like P2 (DDP wrapped the model before .to(device)). The pooled query reorders; it adds no entry."""
+    """A container's 64 MB /dev/shm under torchrun: the NCCL lines one by one read most like MN1 (a network
+    failure), together like D24 (the shared-memory segment NCCL could not grow). The pooled query reorders; it adds
+    no entry. (The P2 log this test first used reads P2 both ways since torchrun's failure summary, an echo of the
+    ranks' own error, is no longer a failure line beside it.)"""
     import gpudoctor.engine.possible as possible
     from gpudoctor.kb.catalog import Catalog
     from gpudoctor.kb.record import replace
@@ -229,14 +231,14 @@ def test_failure_lines_read_together_reorder_the_guesses(monkeypatch):
     bare.index = CATALOG.search_index()
 
     def guesses():
-        path = LOGS / "P2" / "openstereo-278-torchrun-4gpu-module-on-cpu.log"
+        path = LOGS / "D24" / "nccl-1518-torchrun-4gpu-shm-64mb-invalid-argument.log"
         return [f.id for f in diagnose(bare, resolve([str(path)]), engine="python").findings if f.tier == "possible"]
 
     pooled = guesses()
     monkeypatch.setattr(possible, "FUSED_WEIGHT", 0.0)
     alone = guesses()
-    assert pooled[0] == "P2" and alone[0] != "P2"
-    assert set(pooled) <= set(alone) | {"P2"}
+    assert pooled[0] == "D24" and alone[0] != "D24"
+    assert set(pooled) <= set(alone) | {"D24"}
 
 
 def test_horovod_stall_warning_alone_leans_to_d19_without_a_finding():
