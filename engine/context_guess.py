@@ -19,6 +19,11 @@ LIMIT = 3
 BASIS = "log-content"  # the signature name such a finding carries, so that reports can say what it rests on
 
 
+# torchrun's own banner (every run under it prints it): it tells how the run was launched, nothing of its failure,
+# and its words ("each process", "OMP_NUM_THREADS") read like the entries about process counts
+_LAUNCHER_BANNER = ("Setting OMP_NUM_THREADS environment variable for each process", "*****")
+
+
 def _distinct_lines(texts: dict[str, str]) -> list[tuple[str, int, str]]:
     """(file, line number, text) of the last distinct non-blank lines across the texts, in reading order, their
     prefixes (rank tags, timestamps) left out, as many as fit in CONTEXT_CHARS."""
@@ -36,7 +41,7 @@ def _distinct_lines(texts: dict[str, str]) -> list[tuple[str, int, str]]:
             lines, first_line = lines[1:], first_line + 1  # the first one may be cut
         for offset in range(len(lines) - 1, -1, -1):
             body = line_words(lines[offset])[:LINE_CHARS]
-            if not body or body in seen:
+            if not body or body in seen or any(b in lines[offset] for b in _LAUNCHER_BANNER):
                 continue
             if size + len(body) + 1 > CONTEXT_CHARS:
                 return picked[::-1]

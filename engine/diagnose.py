@@ -191,9 +191,10 @@ def diagnose(
     confirmed = {v.entry for v in verdicts if not v.rule_out and v.tier == "match"}
     ruled_out = {v.entry for v in verdicts if v.rule_out} - confirmed
     hints = [v for v in verdicts if v.tier == "possible" and v.entry not in ruled_out]
-    findings += _possible(catalog, scans, patterns, findings, ruled_out, texts, hints, weak)
+    finished: list[str] = []
+    findings += _possible(catalog, scans, patterns, findings, ruled_out, texts, hints, weak, finished)
     findings = point(entries, annotate(findings))
-    notes = rule_notes + [i.problem for i in inputs if i.problem]
+    notes = rule_notes + finished + [i.problem for i in inputs if i.problem]
     notes += [f"{i.name}: {i.cut_lines} line(s) over 1 MiB were scanned in pieces" for i in inputs if i.cut_lines]
     notes += [f"{i.name}: binary data (NUL bytes) was read as text" for i in inputs if i.binary]
     notes += [f"{i.name}: holds lines of 512 KiB or more; evidence from them is the text around each match"
@@ -267,7 +268,7 @@ def _weak_signatures(entries: dict, matched: dict, reported: set[str]) -> dict:
 
 
 def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[str], texts: dict,
-              hints: list, weak: dict) -> list[Finding]:
+              hints: list, weak: dict, notes: list[str]) -> list[Finding]:
     """Possible causes for a log that shows a failure: word guesses only when nothing matched; beside a match, only
     what the log's structure hints at (an OOM raised under ZeRO)."""
     from gpudoctor.engine.failure_lines import failure_lines
@@ -296,6 +297,14 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
                     if s.name in texts and not scan.binary and not is_pyspy_dump(texts[s.name])}
         if any(_stopped_by_hand(text) for text in readable.values()):
             return hinted  # a run stopped with Ctrl-C that printed no failure: its launch reads like nothing
+        from gpudoctor.engine.launch_rules import run_finished
+
+        done = next(((name, at) for name, text in readable.items() for at in [run_finished(text)] if at), None)
+        if done is not None:  # a run that says it finished, with no failure line: nothing to guess at
+            name, (line_no, line) = done
+            notes.append(f"{name} line {line_no}: the run finished (\"{line[:80]}\"), and no line shows a failure: "
+                         "nothing here to explain")
+            return hinted
         return (hinted + context_findings(catalog, readable, matched | {h.id for h in hinted}))[:LIMIT]
     if not lines and not hinted:
         return []  # a weak signature alone, with no failure in sight, is no reason to guess

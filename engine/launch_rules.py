@@ -160,6 +160,21 @@ _BY_HAND = _lazy(r"Received 2 death signal|SignalException: Process \d+ got sign
                  r"Unable to shutdown process \d+ via (?:2|Signals\.SIGINT), forcefully exiting via")
 
 
+# a run that ended as it should, in the launchers' and trainers' own words: DeepSpeed's launcher (launch.py, 0.3+)
+# `Process {pid} exits successfully.`, HF Trainer's `Training completed. Do not forget to share your model ...` and
+# its speed metrics ('train_runtime': ...), Lightning 2.x's fit loop `Trainer.fit` stopped: `max_epochs=N` reached.
+_FINISHED = _lazy(r"Process \d+ exits successfully\.|Training completed\. Do not forget to share your model|"
+                  r"'train_runtime': [\d.]+|`Trainer\.fit` stopped: `max_(?:epochs|steps)=\d+` reached\.")
+
+
+def run_finished(text: str) -> tuple[int, str] | None:
+    """(line number, the words that say so) of the last sign in text that the run finished as it should, or None."""
+    last = None
+    for last in _FINISHED.finditer(text):
+        pass
+    return None if last is None else (line_at(text, last.start())[0], last.group(0))
+
+
 def stopped_by_hand(text: str) -> bool:
     """torchrun's agent was stopped with Ctrl-C (SIGINT) in this text."""
     return "signal" in text and _BY_HAND.search(text) is not None

@@ -392,3 +392,27 @@ def test_torchruns_failure_summary_is_no_failure_line_beside_the_ranks_own_error
     r = cli_proc("diagnose", str(log), "--json")
     assert r.code == 1
     assert json.loads(r.out)["findings"] == []
+
+
+@pytest.mark.parametrize("tail", [
+    "[2025-11-28 09:30:32,004] [INFO] [launch.py:351:main] Process 4411 exits successfully.\n",
+    "{'train_runtime': 1822.11, 'train_samples_per_second': 35.1, 'train_loss': 1.93, 'epoch': 1.0}\n",
+    "`Trainer.fit` stopped: `max_epochs=3` reached.\n",
+])
+def test_a_run_that_says_it_finished_gets_no_guesses(cli_proc, tmp_path, tail):
+    """QA25 Q9: a DeepSpeed + HF Trainer run that exits successfully was guessed D18, D17, D11 from its config echo."""
+    log = tmp_path / "run.log"
+    log.write_text("[2025-11-28 09:00:09,871] [INFO] [config.py:1001:print]   zero_optimization_stage ...... 2\n"
+                   "[2025-11-28 09:00:09,871] [INFO] [config.py:1001:print]   train_batch_size ............. 64\n"
+                   "{'loss': 1.7122, 'grad_norm': 0.9021, 'learning_rate': 4.0e-05, 'epoch': 1.0}\n" + tail)
+    r = cli_proc("diagnose", str(log), "--json")
+    doc = json.loads(r.out)
+    assert r.code == 1 and doc["findings"] == []
+    assert any("the run finished" in note for note in doc["notes"])
+
+
+def test_torchruns_banner_is_no_reason_to_guess_an_accelerate_entry(cli_proc):
+    log = Path(__file__).resolve().parents[1] / "data" / "runs" / "clean-torchrun-run.log"
+    doc = json.loads(cli_proc("diagnose", str(log), "--json").out)
+    assert all(f["tier"] == "possible" for f in doc["findings"])
+    assert "D5" not in [f["id"] for f in doc["findings"]]
