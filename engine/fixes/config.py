@@ -128,7 +128,24 @@ def ds_drop_global_batch(text: str, path: str, facts: dict) -> tuple[str, list[s
         prev = out.rfind(",", 0, line_start)
         if prev >= 0 and not out[prev + 1: line_start].strip():
             out = out[:prev] + out[prev + 1:]
-    return _checked_json(out, path), ["DeepSpeed now computes the global batch as micro batch x accumulation x world size"]
+    return _checked_json(out, path), _batch_notes(data, facts)
+
+
+def _batch_notes(data: dict, facts: dict) -> list[str]:
+    """What the global batch becomes without train_batch_size, in numbers when the log gave the world size, and the
+    accumulation that would keep the one the config asked for."""
+    micro, accum, asked = (data.get(k) for k in ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                                                  "train_batch_size"))
+    world = facts.get("world_size")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (micro, accum, asked, world)):
+        return ["DeepSpeed now computes the global batch as micro batch x accumulation x world size (give "
+                "--param world_size=N to see it in numbers)"]
+    notes = [f"the global batch becomes {micro} x {accum} x {world} = {micro * accum * world} (the config asked for "
+             f"{asked})"]
+    if asked % (micro * world) == 0:
+        notes.append(f"to keep {asked} instead, set gradient_accumulation_steps to {asked // (micro * world)} and keep "
+                     "train_batch_size")
+    return notes
 
 
 def _add_key(text: str, key: str, value: str) -> str:

@@ -12,7 +12,9 @@ _CONTINUED = re.compile(r"[ \t]*\\\r?\n[ \t]*")
 _PORT_STRICT = re.compile(r"(?:\bport[:= ]+|MASTER_PORT=|--master[-_]port[= ])(\d{2,5})\b", re.I)
 _NCCL_IF = re.compile(r"NCCL INFO (?:Bootstrap|NET/Socket|NET) ?: Using (?:interface )?(?:\[\d+\])?([A-Za-z][\w.-]*):")
 _VIRTUAL_IF = re.compile(r"^(docker|virbr|veth|br-|lo$|cni|flannel|cali)")
-_WORLD = [re.compile(r"\bworld[_ ]size[=: ]+(\d+)", re.I), re.compile(r"\bnranks (\d+)"),
+# DeepSpeed's batch assertion names the world size last: "... * world_size 256 != 8 * 4 * 4" (train batch first)
+_WORLD = [re.compile(r"\bworld_size \d+ != \d+ \* \d+ \* (\d+)"),
+          re.compile(r"\bworld[_ ]size[=: ]+(\d+)(?! !=)", re.I), re.compile(r"\bnranks (\d+)"),
           re.compile(r"\bdist_world_size=(\d+)")]
 # a line that reports a GPU's hardware fault (MN8): the host and NCCL device in its prefix say which GPU to leave out
 _GPU_FAULT = re.compile(r"uncorrectable ECC error|fallen off the bus|GPU is lost|NVRM: Xid")

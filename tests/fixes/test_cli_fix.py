@@ -286,3 +286,31 @@ def test_fix_from_a_run_folder_reads_its_logs_and_names_the_script_it_left_out(c
     assert res.code == 0, res
     assert json.loads(res.out)["entry"] == "D4"
     assert "left out 1 file" in res.err and "train.py" in res.err
+
+
+DS_BATCH_LOG = (
+    "Traceback (most recent call last):\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/deepspeed/runtime/config.py", line 927, in _batch_assertion\n'
+    "    assert train_batch == micro_batch * grad_acc * self.world_size, (\n"
+    "AssertionError: Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+    "gradient_acc_step * world_size 256 != 8 * 4 * 4\n")
+
+
+def test_dropping_train_batch_size_is_unsafe_and_says_the_global_batch_it_leaves(cli, tmp_path):
+    """QA25 Q20: the drop was labelled safe and written by --apply alone, though it halved the configured global
+    batch (256 -> 128); the world size was also read as 256 (the train batch) from the assertion's numbers."""
+    log = tmp_path / "ds.log"
+    log.write_text(DS_BATCH_LOG)
+    config = tmp_path / "ds_config.json"
+    original = ('{\n  "train_batch_size": 256,\n  "train_micro_batch_size_per_gpu": 8,\n'
+                '  "gradient_accumulation_steps": 4\n}\n')
+    config.write_text(original)
+    res = cli("fix", "--log", str(log), "--config", str(config), "--json")
+    plan = json.loads(res.out)
+    [drop] = [f for f in plan["fixes"] if f["action"] == "drop-global-batch"]
+    assert drop["safety"] == "unsafe"
+    notes = " ".join(drop["notes"])
+    assert "8 x 4 x 4 = 128 (the config asked for 256)" in notes
+    assert "set gradient_accumulation_steps to 8" in notes
+    res = cli("fix", "--log", str(log), "--config", str(config), "--apply")
+    assert config.read_text() == original  # --apply alone writes safe fixes only
