@@ -107,7 +107,7 @@ FIX_TRANSFORMS = {
               "move-targets", "init-before-ddp", "reshape-on-every-rank", "collective-skip",
               "fsdp-sharding-strategy", "lr-scale-world-size", "local-rank-both-spellings",
               "engine-backward", "master-port-setdefault", "lazy-shapes-before-ddp"),
-    "config": ("ds-auto", "ds-drop-global-batch", "accelerate-multi-gpu", "ds-zero-stage",
+    "config": ("ds-auto", "ds-drop-global-batch", "ds-keep-global-batch", "accelerate-multi-gpu", "ds-zero-stage",
                "accelerate-fsdp-strategy"),
 }
 # The facts a fix may be filled with: from the log (diagnose), the user (--param), or the action's defaults.

@@ -131,6 +131,36 @@ def ds_drop_global_batch(text: str, path: str, facts: dict) -> tuple[str, list[s
     return _checked_json(out, path), _batch_notes(data, facts)
 
 
+def ds_keep_global_batch(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
+    """gradient_accumulation_steps set so that micro batch x accumulation x world size is the train_batch_size the
+    config asks for, on the world size the log states: the global batch stays what the user chose."""
+    data = _load_json(text, path)
+    micro, asked = data.get("train_micro_batch_size_per_gpu"), data.get("train_batch_size")
+    world = facts.get("world_size")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (micro, asked)):
+        raise NotApplicable(f"{path}: needs whole numbers for train_batch_size and train_micro_batch_size_per_gpu")
+    if not isinstance(world, int) or world < 1:
+        raise NotApplicable(f"{path}: the world size is not known: give --param world_size=N (or the log that "
+                            "states it)")
+    if asked % (micro * world):
+        raise NotApplicable(f"{path}: train_batch_size {asked} is not a multiple of micro batch x world size "
+                            f"({micro} x {world}): no whole accumulation keeps it")
+    accum = asked // (micro * world)
+    if data.get("gradient_accumulation_steps") == accum:
+        raise NotApplicable(f"{path}: gradient_accumulation_steps is already {accum}")
+    spans = _top_level_values(text)
+    if "gradient_accumulation_steps" in data:
+        if "gradient_accumulation_steps" not in spans:
+            raise NotApplicable(f"{path}: gradient_accumulation_steps is not a plain value gpudoctor can edit in place")
+        _, start, end, _ = spans["gradient_accumulation_steps"]
+        out = text[:start] + str(accum) + text[end:]
+    else:
+        out = _add_key(text, "gradient_accumulation_steps", str(accum))
+    return _checked_json(out, path), [f"the global batch stays {asked}: {micro} x {accum} x {world} on the "
+                                      f"{world} ranks the log states (with a different world size the assertion "
+                                      "returns: set it again)"]
+
+
 def _batch_notes(data: dict, facts: dict) -> list[str]:
     """What the global batch becomes without train_batch_size, in numbers when the log gave the world size, and the
     accumulation that would keep the one the config asked for."""
@@ -228,6 +258,7 @@ def accelerate_fsdp_strategy(text: str, path: str, facts: dict) -> tuple[str, li
 CONFIG_EDITS = {
     "ds-auto": ds_auto,
     "ds-drop-global-batch": ds_drop_global_batch,
+    "ds-keep-global-batch": ds_keep_global_batch,
     "accelerate-multi-gpu": accelerate_multi_gpu,
     "ds-zero-stage": ds_zero_stage,
     "accelerate-fsdp-strategy": accelerate_fsdp_strategy,

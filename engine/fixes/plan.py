@@ -11,7 +11,8 @@ from gpudoctor.engine.fixes.model import SAFETY_ORDER, FileEdit, FixPlan, Planne
 # what each kind of action needs from the user, for the note when it is missing
 _NEEDS = {"command": "--cmd \"...\" (the launch command)", "patch": "--script train.py", "config": "--config FILE"}
 BOM = "\ufeff"
-_CONFIG_TYPES = {"ds-auto": (".json",), "ds-drop-global-batch": (".json",), "accelerate-multi-gpu": (".yaml", ".yml"),
+_CONFIG_TYPES = {"ds-auto": (".json",), "ds-drop-global-batch": (".json",), "ds-keep-global-batch": (".json",),
+                 "accelerate-multi-gpu": (".yaml", ".yml"),
                  "ds-zero-stage": (".json",), "accelerate-fsdp-strategy": (".yaml", ".yml")}
 
 

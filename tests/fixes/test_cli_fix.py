@@ -298,7 +298,8 @@ DS_BATCH_LOG = (
 
 def test_dropping_train_batch_size_is_unsafe_and_says_the_global_batch_it_leaves(cli, tmp_path):
     """QA25 Q20: the drop was labelled safe and written by --apply alone, though it halved the configured global
-    batch (256 -> 128); the world size was also read as 256 (the train batch) from the assertion's numbers."""
+    batch (256 -> 128); the world size was also read as 256 (the train batch) from the assertion's numbers. The safe
+    fix now keeps the global batch by the accumulation steps."""
     log = tmp_path / "ds.log"
     log.write_text(DS_BATCH_LOG)
     config = tmp_path / "ds_config.json"
@@ -312,5 +313,9 @@ def test_dropping_train_batch_size_is_unsafe_and_says_the_global_batch_it_leaves
     notes = " ".join(drop["notes"])
     assert "8 x 4 x 4 = 128 (the config asked for 256)" in notes
     assert "set gradient_accumulation_steps to 8" in notes
+    [keep] = [f for f in plan["fixes"] if f["action"] == "keep-global-batch"]
+    assert keep["safety"] == "safe" and "the global batch stays 256: 8 x 8 x 4" in " ".join(keep["notes"])
     res = cli("fix", "--log", str(log), "--config", str(config), "--apply")
-    assert config.read_text() == original  # --apply alone writes safe fixes only
+    assert res.code == 0, res
+    written = json.loads(config.read_text())  # --apply alone writes the safe fix: the global batch kept
+    assert written["train_batch_size"] == 256 and written["gradient_accumulation_steps"] == 8
