@@ -170,6 +170,8 @@ def _batch_notes(data: dict, facts: dict) -> list[str]:
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (micro, accum, asked, world)):
         return ["DeepSpeed now computes the global batch as micro batch x accumulation x world size (give "
                 "--param world_size=N to see it in numbers)"]
+    if micro * accum * world == asked:  # after keep-global-batch set the accumulation: the drop changes nothing
+        return [f"the global batch stays {asked} ({micro} x {accum} x {world})"]
     notes = [f"the global batch becomes {micro} x {accum} x {world} = {micro * accum * world} (the config asked for "
              f"{asked})"]
     if asked % (micro * world) == 0:
