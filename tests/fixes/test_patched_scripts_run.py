@@ -219,3 +219,47 @@ def test_d3_takes_local_rank_from_the_environment_not_from_an_argparse_default(t
     assert codes == [0, 0], outs
     assert "set_device(0)" in outs[0] and "set_device(1)" in outs[1], outs
     assert "argparse local_rank -1" in outs[0]  # the script's own variable is left as it was
+
+
+OPTIMIZER_BEFORE_INIT = """from datetime import timedelta
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+LR = 1e-3
+net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+opt = torch.optim.SGD([
+    {"params": net[0].parameters(), "lr": LR * 10},
+    {"params": net[1].parameters()},
+], lr=LR)
+dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+model = DDP(net)
+model(torch.randn(2, 4)).sum().backward()
+opt.step()
+print("lrs", [g["lr"] for g in opt.param_groups], flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_d11_scales_an_optimizer_built_before_init_and_every_param_group(tmp_path):
+    """QA25 Q8: `dist.get_world_size()` was written into an optimizer built before init_process_group (a ValueError
+    at start), and a param group's own lr was left unscaled (the groups' ratio changed)."""
+    after, notes = _patch("lr-scale-world-size", OPTIMIZER_BEFORE_INIT, tmp_path)
+    assert "is built before init_process_group" in " ".join(notes)
+    script = tmp_path / "train.py"
+    script.write_text(after)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    lrs = [float(x) for x in re.search(r"lrs \[(.*)\]", outs[0]).group(1).split(",")]
+    assert lrs == pytest.approx([0.02, 0.002])  # both groups times 2 ranks, their ratio kept
+
+
+def test_d11_scales_the_one_cycle_schedule_that_would_reset_the_lr(tmp_path):
+    text = OPTIMIZER_BEFORE_INIT.replace(
+        'dist.init_process_group("gloo", timeout=timedelta(seconds=10))\n',
+        'dist.init_process_group("gloo", timeout=timedelta(seconds=10))\n'
+        "sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=LR, total_steps=10)\n")
+    after, notes = _patch("lr-scale-world-size", text, tmp_path)
+    assert "OneCycleLR(opt, max_lr=LR * dist.get_world_size()" in after  # after the init: the group's own size
+    assert "OneCycleLR(max_lr)" in notes[0]
