@@ -44,6 +44,9 @@ def read_script(path: str) -> str:
                        f"patches ({MAX_SCRIPT_BYTES >> 20} MB at most); `gpudoctor lint` reads files of any size")
     if "\x00" in text:
         raise FixError(f"--script {path}: not Python (it holds NUL bytes: a binary file or a log?)")
+    if path.endswith(".ipynb"):  # its JSON would parse as one Python expression and be "patched" as such
+        raise FixError(f"--script {path}: a Jupyter notebook; fix edits scripts: export it (jupyter nbconvert --to "
+                       "script) and give the .py (`gpudoctor lint` reads the notebook's cells as they are)")
     try:
         ast.parse(text.removeprefix(BOM), filename=path)
     except (SyntaxError, ValueError) as exc:

@@ -58,8 +58,17 @@ def source_line(path: str, line: int, cache: dict) -> str | None:
     """Line `line` (1-based) of a linted file, read once per file into cache; None when it is gone."""
     if path not in cache:
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                cache[path] = fh.read().splitlines()
+            if str(path).endswith(".ipynb"):  # the script its code cells make, as lint read it
+                from gpudoctor.engine.lint.notebook import NotANotebook, notebook_script
+
+                with open(path, "rb") as fh:
+                    try:
+                        cache[path] = notebook_script(fh.read())[0].splitlines()
+                    except NotANotebook:
+                        cache[path] = []
+            else:
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    cache[path] = fh.read().splitlines()
         except OSError:
             cache[path] = []
     lines = cache[path]

@@ -5,6 +5,7 @@ import importlib.util
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from functools import lru_cache
 
 from gpudoctor.engine.lint.checks import ALL
@@ -115,11 +116,34 @@ def _lint_file(args) -> tuple[list[LintFinding], str | None]:
             raw = fh.read()
     except OSError as exc:
         return [], exc.strerror or str(exc)
+    if str(path).endswith(".ipynb"):
+        return _lint_notebook(raw, path, select, ignore)
     try:
         text = importlib.util.decode_source(raw)
     except (UnicodeDecodeError, SyntaxError, LookupError) as exc:
         return [], f"not readable as text: {exc}".splitlines()[0]
     return _lint_text(text, path, select, ignore)
+
+
+def _lint_notebook(raw: bytes, path, select, ignore):
+    """The notebook's code cells linted as one script; each finding says its cell and the line within it."""
+    from gpudoctor.engine.lint.notebook import NotANotebook, notebook_script
+
+    try:
+        text, where = notebook_script(raw)
+    except NotANotebook as exc:
+        return [], str(exc)
+    found, error = _lint_text(text, path, select, ignore)
+    if error:
+        line = next((int(w) for w in error.rsplit("(line ", 1)[1:] for w in [w.rstrip(")")] if w.isdigit()), None)
+        if line is not None and 0 < line <= len(where):
+            error = error.rsplit(" (line ", 1)[0] + f" (cell {where[line - 1][0]}, line {where[line - 1][1]})"
+        return found, error
+    out = []
+    for f in found:
+        cell, at = where[f.line - 1] if 0 < f.line <= len(where) else (0, 0)
+        out.append(replace(f, message=f"cell {cell}, line {at}: {f.message}") if cell else f)
+    return out, None
 
 
 def expand(paths) -> tuple[list[str], list[tuple[str, str]]]:

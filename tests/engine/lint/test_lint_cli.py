@@ -297,3 +297,36 @@ def test_a_collective_in_a_conditional_expression_on_the_rank_is_d21(expr, flagg
             "        self.rank = dist.get_rank()\n\n    def reduce(self, loss):\n"
             f"        return {expr}\n")
     assert [f.line for f in lint_source(text, "t.py", select=["D21"]).findings] == ([9] if flagged else [])
+
+
+def _notebook(cells: list[str]) -> str:
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# training\n"]},
+        *({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+           "source": [line + "\n" for line in cell.splitlines()]} for cell in cells)]}, indent=1)
+
+
+def test_a_notebooks_code_cells_are_linted_and_each_finding_names_its_cell(tmp_path):
+    """QA25 Q14: an .ipynb parsed as one Python expression (its JSON) and passed as clean."""
+    buggy = (BUGGY / "d22_sampler_without_set_epoch.py").read_text()
+    nb = tmp_path / "train.ipynb"
+    nb.write_text(_notebook(["%load_ext autoreload\n!nvidia-smi\nimport os", buggy]))
+    proc = run(nb, "--select", "D22")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "D22 error" in proc.stdout and "cell 3, line " in proc.stdout  # the markdown cell counts as cell 1
+    shown = next(line for line in proc.stdout.splitlines() if re.match(r"\s+\d+ \| ", line))
+    assert '"' not in shown.split("|", 1)[1][:2]  # the cell's code, not the notebook's JSON
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "fix", "D22", "--script", str(nb)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Jupyter notebook" in proc.stderr
+
+
+def test_a_notebook_that_is_not_json_or_does_not_parse_is_named(tmp_path):
+    bad = tmp_path / "broken.ipynb"
+    bad.write_text("{ not json")
+    proc = run(bad)
+    assert proc.returncode == 2 and "broken.ipynb" in proc.stderr and "not a readable notebook" in proc.stderr
+    nb = tmp_path / "syntax.ipynb"
+    nb.write_text(_notebook(["import os", "def f(:\n    pass"]))
+    proc = run(nb)
+    assert proc.returncode == 2 and "(cell 3, line 1)" in proc.stderr, proc.stderr
