@@ -263,3 +263,42 @@ def test_d11_scales_the_one_cycle_schedule_that_would_reset_the_lr(tmp_path):
     after, notes = _patch("lr-scale-world-size", text, tmp_path)
     assert "OneCycleLR(opt, max_lr=LR * dist.get_world_size()" in after  # after the init: the group's own size
     assert "OneCycleLR(max_lr)" in notes[0]
+
+
+TWO_SAMPLERS = HEAD + """
+dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+train_ds = TensorDataset(torch.arange(16.0).unsqueeze(1))
+val_ds = TensorDataset(torch.arange(8.0).unsqueeze(1))
+train_sampler = DistributedSampler(train_ds, shuffle=True)
+val_sampler = DistributedSampler(val_ds, shuffle=True)
+train_loader = DataLoader(train_ds, sampler=train_sampler, batch_size=2)
+val_loader = DataLoader(val_ds, sampler=val_sampler, batch_size=2)
+for epoch in range(2):
+    val_sampler.set_epoch(epoch)
+    order = []
+    for (b,) in train_loader:
+        order += [int(x) for x in b.flatten().tolist()]
+    print(f"rank {dist.get_rank()} epoch {epoch} order {order}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_d22_is_per_sampler_a_validation_samplers_set_epoch_does_not_cover_the_training_one(tmp_path):
+    """QA25 Q13: any set_epoch anywhere silenced D22, and the fix refused ("already calls set_epoch")."""
+    [finding] = lint_source(TWO_SAMPLERS, "train.py", select=["D22"]).findings
+    assert "train_sampler = DistributedSampler" in TWO_SAMPLERS.splitlines()[finding.line - 1]
+    assert "for this sampler" in finding.message
+    script = tmp_path / "train.py"
+    script.write_text(TWO_SAMPLERS)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    before = re.findall(r"rank 0 epoch \d order (\[.*\])", outs[0])
+    assert before[0] == before[1]  # the same training order every epoch
+    after, _ = _patch("sampler-set-epoch", TWO_SAMPLERS, tmp_path)
+    assert "    train_sampler.set_epoch(epoch)\n" in after
+    script.write_text(after)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    orders = re.findall(r"rank 0 epoch \d order (\[.*\])", outs[0])
+    assert orders[0] != orders[1]
+    assert not lint_source(after, "train.py", select=["D22"]).findings

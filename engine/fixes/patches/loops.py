@@ -126,11 +126,14 @@ def _epoch_name(s, taken: set[str]) -> tuple[object, str | None, list]:
 
 def sampler_set_epoch(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
     module = h.parse(text, path)
-    if ".set_epoch(" in text:
-        raise NotApplicable(f"{path}: already calls set_epoch")
     if "DistributedSampler" not in text:
         raise NotApplicable(f"{path}: uses no DistributedSampler (see P3 for giving each rank its own shard)")
-    samplers = _sampler_names(module)
+    # the samplers lint reports (a second one's set_epoch does not reseed the training sampler's shuffle)
+    flagged = h.flagged_lines(text, path, "D22")
+    if ".set_epoch(" in text and not flagged:
+        raise NotApplicable(f"{path}: already calls set_epoch")
+    wanted = {line.split("=", 1)[0].strip() for line in flagged if "=" in line.split("(", 1)[0]}
+    samplers = {n: scope for n, scope in _sampler_names(module).items() if not wanted or n in wanted}
     taken = h.variable_names(module)
     done = []
 
@@ -146,13 +149,16 @@ def sampler_set_epoch(text: str, path: str, facts: dict) -> tuple[str, list[str]
                 local = [n for n, scope in samplers.items() if _visible(n, scope, block)]
                 if local:
                     sampler = local[0]
+                elif wanted and ".set_epoch(" in text:
+                    out.append(s)  # the sampler lint reports is out of this loop's reach by name
+                    continue
                 else:
                     loader = h.dotted(h.m.findall(s.body, h.m.For())[0].iter)
                     if not loader:
                         out.append(s)
                         continue
                     sampler = f"{loader}.sampler"
-                calls = [h.stmt(f"{sampler}.set_epoch({epoch})")]
+                calls = [h.stmt(f"{name}.set_epoch({epoch})") for name in (local or [sampler])]
                 if before:  # a while loop: the count moves on with each pass
                     calls.append(h.stmt(f"{epoch} += 1"))
                     out += [b.with_changes(leading_lines=s.leading_lines) for b in before]

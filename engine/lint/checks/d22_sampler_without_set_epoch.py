@@ -13,12 +13,14 @@ class SamplerWithoutSetEpoch(Check):
     summary = "DistributedSampler(shuffle=True) without sampler.set_epoch(epoch): the same order every epoch"
 
     def find(self, script):
-        if script.uses("set_epoch") or not any(_epoch_loop(node) for node, _ in script.loops):
+        if not any(_epoch_loop(node) for node, _ in script.loops):
             return  # no epoch loop here: whoever iterates the epochs (a trainer, another file) calls set_epoch
         subclasses = script.class_names
-        for site in script.calls:
-            if site.attr != "DistributedSampler" or site.attr in subclasses:
-                continue
+        sites = [site for site in script.calls if site.attr == "DistributedSampler" and site.attr not in subclasses]
+        reached = _reached(script, sites)
+        for site in sites:
+            if reached is None or id(site) in reached:
+                continue  # set_epoch is called on this sampler (or on one this file cannot tell apart)
             shuffle = next((k.value for k in site.node.keywords if k.arg == "shuffle"), None)
             if shuffle is None and len(site.node.args) >= 4:
                 shuffle = site.node.args[3]
@@ -28,8 +30,8 @@ class SamplerWithoutSetEpoch(Check):
                 continue  # the order of an evaluation pass does not matter
             yield Hit(site.line, site.node.col_offset,
                       "DistributedSampler shuffles with a seed that only changes through set_epoch(), which this "
-                      "file never calls: every epoch sees the same order; call sampler.set_epoch(epoch) at the "
-                      "start of each epoch")
+                      f"file never calls{' for this sampler' if reached else ''}: every epoch sees the same order; "
+                      "call sampler.set_epoch(epoch) at the start of each epoch")
 
 
 COUNTERS = ("range", "trange", "count")  # what an epoch loop counts with, also inside tqdm(...) or enumerate(...)
@@ -49,6 +51,30 @@ def _epoch_loop(node) -> bool:
     while isinstance(call, ast.Call) and _name(call.func) in WRAPPERS and call.args:
         call = call.args[0]
     return inner and isinstance(call, ast.Call) and _name(call.func) in COUNTERS
+
+
+def _reached(script, sites) -> set[int] | None:
+    """The ids of the sampler sites whose set_epoch this file calls, by the sampler's name or its loader's
+    (`train_sampler.set_epoch`, `train_loader.sampler.set_epoch`); None when a set_epoch is called on something it
+    cannot match to one of them (`s.set_epoch` over a list, a sampler built elsewhere): then every sampler counts as
+    reached, as one set_epoch anywhere used to make them all."""
+    receivers = {ast.unparse(n.func.value) for n in ast.walk(script.tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and n.func.attr == "set_epoch"}
+    if not receivers:
+        return set()
+    names: dict[int, set[str]] = {}
+    for site in sites:
+        own = {t for targets, value in script.assigns if value is site.node for t in targets}
+        loaders = {t for targets, value in script.assigns if isinstance(value, ast.Call)
+                   and _name(value.func) == "DataLoader" for k in value.keywords
+                   if k.arg in ("sampler", "batch_sampler") and (ast.unparse(k.value) in own or k.value is site.node)
+                   for t in targets}
+        names[id(site)] = own | {f"{loader}.sampler" for loader in loaders} | \
+            {f"{loader}.batch_sampler.sampler" for loader in loaders}
+    known = set().union(*names.values()) if names else set()
+    if not receivers <= known:
+        return None
+    return {key for key, held in names.items() if held & receivers}
 
 
 def _name(func: ast.AST) -> str:
