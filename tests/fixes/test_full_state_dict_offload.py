@@ -41,6 +41,18 @@ def test_an_inline_config_gains_the_flag(config, expected):
     assert expected in new and "save_config" not in new
 
 
+@pytest.mark.parametrize("config, expected", [
+    ("FullStateDictConfig()", "FullStateDictConfig(offload_to_cpu=True, rank0_only=True)"),
+    ("FullStateDictConfig(False, False)", "FullStateDictConfig(True, True)"),
+])
+def test_an_inline_config_read_on_rank0_only_gains_rank0_only_as_the_note_says(config, expected):
+    """QA25 Q6: the note said rank0_only=True, the diff added offload_to_cpu alone (every rank still gathered)."""
+    body = (f"def save(model, rank):\n    with FSDP.state_dict_type(model, StateDictType.FULL_STATE_DICT, {config}):\n"
+            "        sd = model.state_dict()\n    if rank == 0:\n        torch.save(sd, 'm.pt')\n")
+    new, notes = full_state_dict_offload(HEAD + IMPORT + body, "t.py", {})
+    assert expected in new and "rank0_only=True" in " ".join(notes)
+
+
 def test_keyword_call_gets_a_keyword_config():
     body = "with FSDP.state_dict_type(model, state_dict_type=StateDictType.FULL_STATE_DICT):\n    sd = model.state_dict()\n"
     new, _ = full_state_dict_offload(HEAD + body, "t.py", {})

@@ -83,6 +83,12 @@ def full_state_dict_offload(text: str, path: str, facts: dict) -> tuple[str, lis
             inner = (config.with_changes(args=[a.with_changes(value=cst.Name("True")) if a is flag else a
                                                for a in config.args]) if flag is not None
                      else h.add_kwarg(config, "offload_to_cpu", cst.Name("True")))
+            if rank0_only:  # the note says so: the other ranks then hold an empty dict, not a copy in host memory
+                only = h.kwarg(inner, "rank0_only") or (inner.args[1] if len(inner.args) > 1
+                                                        and inner.args[1].keyword is None else None)
+                inner = (inner.with_changes(args=[a.with_changes(value=cst.Name("True")) if a is only else a
+                                                  for a in inner.args]) if only is not None
+                         else h.add_kwarg(inner, "rank0_only", cst.Name("True")))
             return call.with_changes(args=[a.with_changes(value=inner) if a is existing else a for a in call.args])
         if any(a.keyword is not None for a in call.args):
             return h.add_kwarg(call, "state_dict_config", cst.Name(config_name))
