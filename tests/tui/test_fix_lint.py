@@ -304,3 +304,31 @@ async def test_the_lazy_layer_fix_takes_its_sample_input_from_the_params_field(m
         await pilot.press("enter")
         await wait_until(pilot, lambda: screen.plan is not first, what="the plan with the input")
         assert "model(torch.zeros(1, 4))" in screen.shown_text
+
+
+async def test_linting_a_folder_names_each_findings_file_shows_its_source_and_fixes_that_file(make, tmp_path, state):
+    """QA25 Q7: rows carried no file name, the source pane stayed blank, and `f` planned against the folder."""
+    from textual.widgets import OptionList
+
+    shutil.copy(FIXES / "D21" / "eval_on_rank0.py", tmp_path / "a.py")
+    shutil.copy(ROOT / "tests" / "data" / "lint" / "buggy" / "d22_sampler_without_set_epoch.py", tmp_path / "b.py")
+    app = make()
+    async with app.run_test(size=(120, 30)) as pilot:
+        app.open_lint(str(tmp_path))
+        await wait_until(pilot, lambda: isinstance(app.screen, LintScreen) and app.screen.result is not None
+                         and app.screen.logfile is not None, what="lint and the first finding's source")
+        screen = app.screen
+        findings = screen.result.findings
+        files = [f.path.rsplit("/", 1)[-1] for f in findings]
+        assert {"a.py", "b.py"} <= set(files)
+        options = screen.query_one("#lint-findings", OptionList)
+        assert all(str(options.get_option_at_index(k).prompt).startswith(name) for k, name in enumerate(files))
+        assert screen.logfile.path == findings[0].path
+        k = next(k for k, f in enumerate(findings) if f.path.endswith("b.py"))
+        options.highlighted = k
+        await wait_until(pilot, lambda: screen.logfile.path.endswith("b.py"), what="b.py's source")
+        assert screen.query_one(LogView).evidence == {f.line for f in findings if f.path.endswith("b.py")}
+        if findings[k].fix_id:
+            await pilot.press("f")
+            await wait_until(pilot, lambda: isinstance(app.screen, FixScreen) and app.screen.plan is not None)
+            assert app.screen.script == findings[k].path
