@@ -302,3 +302,43 @@ def test_d22_is_per_sampler_a_validation_samplers_set_epoch_does_not_cover_the_t
     orders = re.findall(r"rank 0 epoch \d order (\[.*\])", outs[0])
     assert orders[0] != orders[1]
     assert not lint_source(after, "train.py", select=["D22"]).findings
+
+
+INIT_AFTER_MOVED_WRAP = """from datetime import timedelta
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def init_weights(m):
+    if isinstance(m, nn.Linear):
+        nn.init.normal_(m.weight, std=0.02)
+
+
+dist.init_process_group("gloo", timeout=timedelta(seconds=10))
+torch.manual_seed(dist.get_rank())
+model = nn.Linear(8, 1)
+model = DDP(model.to("cpu"))
+model.apply(init_weights)
+print("weight", [round(v, 6) for v in model.module.weight.flatten().tolist()], flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("wrap", ['DDP(model.to("cpu"))', "DDP(module=model)", "DDP(model.float().cpu())"])
+def test_p5_sees_an_init_after_a_wrap_of_the_moved_model_and_the_fix_makes_the_ranks_agree(tmp_path, wrap):
+    """QA25 Q1: DDP(model.to(device)), the form the P2 fix writes, hid a live P5 from lint and fix."""
+    text = INIT_AFTER_MOVED_WRAP.replace('DDP(model.to("cpu"))', wrap)
+    assert [f.entry_id for f in lint_source(text, "train.py", select=["P5"]).findings] == ["P5"]
+    after, _ = _patch("init-before-ddp", text, tmp_path)
+    assert f"model.apply(init_weights)\nmodel = {wrap}\n" in after
+    if wrap != 'DDP(model.to("cpu"))':
+        return  # the run is the same for every form
+    script = tmp_path / "train.py"
+    for text_now, agree in ((text, False), (after, True)):
+        script.write_text(text_now)
+        codes, outs, _ = run_ranks(script)
+        assert codes == [0, 0], outs
+        weights = [re.search(r"weight (\[.*\])", out).group(1) for out in outs]
+        assert (weights[0] == weights[1]) is agree

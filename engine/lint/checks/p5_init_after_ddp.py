@@ -13,13 +13,26 @@ DDP_NAMES = ("DistributedDataParallel", "DDP")
 RESETS = ("reset_parameters", "init_weights", "_init_weights", "initialize_weights", "weights_init")
 
 
+# a model moved or cast on its way into DDP is still that model: DDP(model.to(device)), DDP(model.cuda())
+_MOVES = ("to", "cuda", "cpu", "half", "float", "double", "bfloat16")
+
+
+def _model_root(node: ast.AST) -> str | None:
+    """`model` for model, model.to(device), model.cuda().half(); None for anything else (a new Net())."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MOVES:
+        node = node.func.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def wraps(stmt: ast.stmt) -> tuple[str, str] | None:
-    """(wrapped name, model name) for `wrapped = DDP(model, ...)` with plain names."""
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-            and isinstance(stmt.value, ast.Call) and stmt.value.args and isinstance(stmt.value.args[0], ast.Name) \
-            and ast.unparse(stmt.value.func).rsplit(".", 1)[-1] in DDP_NAMES:
-        return stmt.targets[0].id, stmt.value.args[0].id
-    return None
+    """(wrapped name, model name) for `wrapped = DDP(model, ...)` (also DDP(model.to(device)), DDP(module=model))."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Call) and ast.unparse(stmt.value.func).rsplit(".", 1)[-1] in DDP_NAMES):
+        return None
+    call = stmt.value
+    first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "module"), None)
+    model = _model_root(first) if first is not None else None
+    return (stmt.targets[0].id, model) if model is not None else None
 
 
 def _on(node: ast.AST, wrapped: str) -> bool:
