@@ -342,3 +342,49 @@ def test_p5_sees_an_init_after_a_wrap_of_the_moved_model_and_the_fix_makes_the_r
         assert codes == [0, 0], outs
         weights = [re.search(r"weight (\[.*\])", out).group(1) for out in outs]
         assert (weights[0] == weights[1]) is agree
+
+
+EARLY_RETURN = """from datetime import timedelta
+import torch
+import torch.distributed as td
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def train_step(model, opt, x):
+    loss = model(x).pow(2).mean()
+    if torch.isnan(loss).any():
+        return None
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+td.init_process_group("gloo", timeout=timedelta(seconds=4))
+model = DDP(nn.Linear(4, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(3):
+    x = torch.ones(2, 4)
+    if td.get_rank() == 1 and step == 1:
+        x[0, 0] = float("nan")
+    print(td.get_rank(), step, train_step(model, opt, x), flush=True)
+print("finished on rank", td.get_rank(), flush=True)
+td.destroy_process_group()
+"""
+
+
+def test_d20_sees_a_train_step_that_returns_early_on_nan_and_the_fix_keeps_the_ranks_paired(tmp_path):
+    """QA25 Q21: the skip written as an early `return` in a train-step helper went unreported."""
+    [finding] = lint_source(EARLY_RETURN, "train.py", select=["D20"]).findings
+    assert "torch.isnan(loss).any()" in finding.message
+    script = tmp_path / "train.py"
+    script.write_text(EARLY_RETURN)
+    codes, outs, _ = run_ranks(script)
+    assert codes != [0, 0], outs
+    after, _ = _patch("collective-skip", EARLY_RETURN, tmp_path)
+    script.write_text(after)
+    codes, outs, _ = run_ranks(script)
+    assert codes == [0, 0], outs
+    assert "1 1 None" in outs[1] and "0 1 None" in outs[0]  # both ranks skipped step 1 together
+    assert not lint_source(after, "train.py", select=["D20"]).findings

@@ -60,8 +60,9 @@ def collective_skip(text: str, path: str, facts: dict) -> tuple[str, list[str]]:
             body.append(stmt.with_changes(leading_lines=(), test=h.expr(f"{flag}.item() > 0")))
         return loop.with_changes(body=loop.body.with_changes(body=body))
 
-    def rewrite(stmts, block):
-        return [patch_loop(s) if isinstance(s, cst.For) and isinstance(s.body, cst.IndentedBlock) else s for s in stmts]
+    def rewrite(stmts, block):  # a loop's `continue`, or a train-step function's early `return`
+        return [patch_loop(s) if isinstance(s, (cst.For, cst.FunctionDef)) and isinstance(s.body, cst.IndentedBlock)
+                else s for s in stmts]
 
     module = h.rewrite_bodies(module, rewrite)
     if not done:

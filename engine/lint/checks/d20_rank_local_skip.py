@@ -25,9 +25,9 @@ def _reduces(stmts: list[ast.stmt]) -> bool:
                for s in stmts for n in ast.walk(s))
 
 
-def rank_local_skips(loop: ast.For | ast.While):
-    """(the if, its non-finite check) for each `if <isnan/isinf of something>: continue` in the loop body that comes
-    before the loop's backward() with no collective in between deciding it for all ranks."""
+def rank_local_skips(loop: ast.For | ast.While | ast.FunctionDef):
+    """(the if, its non-finite check) for each `if <isnan/isinf of something>: continue` (or `return`, in a function)
+    in the body that comes before its backward() with no collective in between deciding it for all ranks."""
     body = loop.body
     backward = next((k for k, s in enumerate(body) if any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "backward"
@@ -52,8 +52,9 @@ class RankLocalSkip(Check):
         yield from _lightning_skips(script)
         if not script.uses("DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP", "fully_shard"):
             return
-        for loop in script.index.of(ast.For):
-            for stmt, check in rank_local_skips(loop):
+        # a loop's `continue`, or a train-step function's early `return`, before the backward
+        for node in script.index.of(ast.For, ast.FunctionDef):
+            for stmt, check in rank_local_skips(node):
                 yield Hit(stmt.lineno, stmt.col_offset,
                           f"`if {ast.unparse(stmt.test)[:50]}:` skips the step on this rank alone; the others go on "
                           "into the step's all-reduce and wait for it, and every later collective pairs the wrong "
