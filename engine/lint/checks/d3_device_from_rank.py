@@ -24,6 +24,7 @@ class DeviceFromGlobalRank(Check):
             yield from _launch_lines(script.text)
             return
         global_names = _global_names(script)
+        global_attrs = _global_attributes(script)
         local = {(getattr(v, "_gd_scope", None), t) for targets, v in script.assigns for t in targets}
 
         def is_global(node, func=None) -> bool:
@@ -35,11 +36,20 @@ class DeviceFromGlobalRank(Check):
                 return (None, name) in global_names and func is not None and (func, name) not in local and \
                     name not in {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
             if isinstance(node, ast.Attribute):
-                return node.attr in GLOBAL_NAMES or (node.attr == "rank" and last_name(node.value) in ("args", "opt"))
+                return node.attr in GLOBAL_NAMES or (node.attr == "rank" and last_name(node.value) in ("args", "opt")) \
+                    or (node.attr in global_attrs and isinstance(node.value, ast.Name) and node.value.id == "self")
+            if isinstance(node, ast.BinOp):  # "cuda:" + str(rank), "cuda:%d" % rank
+                left = node.left
+                if isinstance(left, ast.Constant) and isinstance(left.value, str) and "cuda:" in left.value:
+                    return is_global(node.right, func)
+                return False
             if isinstance(node, ast.Call):
                 if _env_key(node) in GLOBAL_ENV or last_name(node.func) in ("get_rank", "get_global_rank"):
                     return not node.args and not node.keywords or last_name(node.func) != "get_rank"
-                return last_name(node.func) == "int" and bool(node.args) and is_global(node.args[0], func)
+                if isinstance(node.func, ast.Attribute) and node.func.attr == "format" and node.args and isinstance(
+                        node.func.value, ast.Constant) and "cuda:" in str(node.func.value.value):
+                    return is_global(node.args[0], func)  # "cuda:{}".format(rank)
+                return last_name(node.func) in ("int", "str") and bool(node.args) and is_global(node.args[0], func)
             if isinstance(node, ast.Subscript):
                 return _env_key(node) in GLOBAL_ENV
             return False
@@ -94,6 +104,22 @@ def _global_names(script) -> set[tuple]:
     return names
 
 
+def _global_attributes(script) -> set[str]:
+    """Attribute names a method sets from the global rank (`self.rank = dist.get_rank()`), read back as self.rank."""
+    out = set()
+    for node in ast.walk(script.tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        v = node.value
+        while isinstance(v, ast.Call) and last_name(v.func) == "int" and v.args:
+            v = v.args[0]
+        if _env_key(v) in GLOBAL_ENV or (isinstance(v, ast.Call) and last_name(v.func) == "get_rank"
+                                         and not v.args and not v.keywords):
+            out.update(t.attr for t in node.targets if isinstance(t, ast.Attribute)
+                       and isinstance(t.value, ast.Name) and t.value.id == "self")
+    return out
+
+
 def _device_args(site):
     """Expressions a call uses as a CUDA device index."""
     call = site.node
@@ -110,8 +136,9 @@ def _device_args(site):
             yield kw.value.elts[0]
         elif kw.arg in ("output_device", "map_location", "device"):
             yield kw.value
-    if attr == "device" and call.args and isinstance(call.args[0], ast.Constant):
-        yield call.args[0]
+    if attr == "device" and call.args and (isinstance(call.args[0], ast.Constant) or (
+            len(call.args) == 1 and site.name and site.name.startswith("torch"))):
+        yield call.args[0]  # torch.device("cuda:0"), torch.device("cuda:" + str(rank))
 
 
 def _is_gpu_zero(node, site) -> bool:
