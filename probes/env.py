@@ -10,6 +10,10 @@ from gpudoctor.probes.base import Result, confirmed, entry_ids, inconclusive, ru
 from gpudoctor.probes.slurm import describe, missing_contract, slurm_context, slurm_problems
 
 CONTRACT = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+# what init_process_group(env://) reads: without one of these no group forms (D1); LOCAL_RANK and LOCAL_WORLD_SIZE are
+# torchrun's for the script's own use (its GPU), and other launchers (mpirun wrappers, DeepSpeed's, a hand-written
+# sbatch) may leave them out of a launch that works
+REQUIRED = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 GATHER_TIMEOUT_S = 20.0
 
 
@@ -42,6 +46,11 @@ def probe(options: Mapping) -> Result:
     problems = contract_problems(env, gpus) + slurm_found
     evidence.insert(0, "launched by " + ("torchrun" if torchrun else "a launcher that is not torchrun")
                     + ": " + ", ".join(f"{n}={env[n]}" for n in present))
+    unset = [n for n in CONTRACT if n not in REQUIRED and n not in env]
+    if unset:  # the group forms without them; a script that reads them (set_device(LOCAL_RANK)) does not start
+        them = "them" if len(unset) > 1 else "it"
+        evidence.append(f"{', '.join(unset)} unset (torchrun sets {them}; init_process_group does not need {them}, "
+                        "but a script that picks its GPU from LOCAL_RANK fails without it)")
     job = hostinfo.job_from_env(env)
     if job is not None and options.get("store_prefix") and job.world_size > 1 and hostinfo.torch_installed():
         local = _local_view(job, env, gpus)
@@ -56,7 +65,7 @@ def probe(options: Mapping) -> Result:
             problems += cross_rank_problems(peers, job.world_size)
             figures["ranks_reporting"] = len([p for p in peers if p])
     elif job is not None:
-        problems += _device_problems(job, gpus)
+        problems += _device_problems(job, gpus, env)
     entries = entry_ids(entry for entry, _ in problems)
     evidence += [f"{entry}: {text}" for entry, text in problems]
     if problems:
@@ -67,13 +76,15 @@ def probe(options: Mapping) -> Result:
         summary = f"contract consistent across {figures['ranks_reporting']} ranks"
     else:
         summary = f"contract complete: rank {job.rank}/{job.world_size}, local {job.local_rank}/{job.local_world_size}"
-    return ruled_out(summary, evidence, figures, ("D1", "D3") + (("D27",) if gpus else ()))
+    # D3 (the GPU from the global rank) only where the local rank is there to pick it by
+    return ruled_out(summary, evidence, figures, ("D1",) + (("D3",) if "LOCAL_RANK" in env else ())
+                     + (("D27",) if gpus else ()))
 
 
 def contract_problems(env: Mapping[str, str], gpus: int) -> list[tuple[str, str]]:
     """Missing, unparsable or contradictory rank variables, each tagged with the entry it belongs to."""
     problems: list[tuple[str, str]] = []
-    missing = [n for n in CONTRACT if n not in env]
+    missing = [n for n in REQUIRED if n not in env]
     if missing:
         problems.append(("D1", "missing " + ", ".join(missing) + ": init_process_group(env://) cannot form the group"))
     values: dict[str, int] = {}
@@ -101,15 +112,17 @@ def contract_problems(env: Mapping[str, str], gpus: int) -> list[tuple[str, str]
     return problems
 
 
-def _device_problems(job: hostinfo.Job, gpus: int) -> list[tuple[str, str]]:
-    """D27 on this rank: as many GPUs visible as ranks on the node, so LOCAL_RANK names one."""
+def _device_problems(job: hostinfo.Job, gpus: int, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """D27 on this rank: as many GPUs visible as ranks on the node, so LOCAL_RANK names one. Only what the launch
+    states: without LOCAL_WORLD_SIZE (or LOCAL_RANK) the job's defaults (the world, the rank) say nothing."""
     problems = []
     if gpus == 0:
         return problems
-    if job.local_world_size > gpus:
+    stated = env if env is not None else {"LOCAL_WORLD_SIZE": "", "LOCAL_RANK": ""}
+    if "LOCAL_WORLD_SIZE" in stated and job.local_world_size > gpus:
         problems.append(("D27", f"LOCAL_WORLD_SIZE={job.local_world_size} ranks but {gpus} GPUs visible: "
                                 "ranks would share GPUs or find none"))
-    if job.local_rank >= gpus:
+    if "LOCAL_RANK" in stated and job.local_rank >= gpus:
         problems.append(("D27", f"LOCAL_RANK={job.local_rank} has no GPU (only {gpus} visible): "
                                 "set_device(LOCAL_RANK) fails"))
     return problems
@@ -118,7 +131,7 @@ def _device_problems(job: hostinfo.Job, gpus: int) -> list[tuple[str, str]]:
 def _local_view(job: hostinfo.Job, env: Mapping[str, str], gpus: int) -> dict:
     view = {"rank": job.rank, "local_rank": job.local_rank, "local_world_size": job.local_world_size,
             "host": hostinfo.hostname(), "gpus": gpus, "cvd": env.get("CUDA_VISIBLE_DEVICES"),
-            "device": None, "problems": _device_problems(job, gpus)}
+            "device": None, "problems": _device_problems(job, gpus, env)}
     if gpus and job.local_rank < gpus:
         view["device"] = _device_after_set(job.local_rank)
     return view

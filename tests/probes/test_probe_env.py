@@ -31,6 +31,20 @@ def test_missing_variables():
     assert "missing MASTER_ADDR, MASTER_PORT" in result.summary
 
 
+def test_a_launch_without_torchruns_local_variables_still_forms_a_group():
+    """QA25b B1: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are all env:// reads (a real gloo group forms with
+    them alone); a launch without LOCAL_WORLD_SIZE or LOCAL_RANK (mpirun wrappers, DeepSpeed's launcher) was a
+    confirmed D1."""
+    bare = {k: v for k, v in FULL.items() if k not in ("LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID")}
+    result = run(bare)
+    assert result.status is Status.RULED_OUT, result
+    assert result.entries == ("D1", "D3", "D27")
+    assert any("LOCAL_WORLD_SIZE unset" in e for e in result.evidence)
+    result = run({k: v for k, v in bare.items() if k != "LOCAL_RANK"})
+    assert result.status is Status.RULED_OUT and result.entries == ("D1", "D27")  # no local rank: D3 stays open
+    assert any("LOCAL_RANK, LOCAL_WORLD_SIZE unset" in e for e in result.evidence)
+
+
 def test_rank_outside_the_world():
     result = run(dict(FULL, RANK="4"))
     assert result.status is Status.CONFIRMED and "RANK=4 is outside 0..3" in result.summary
