@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpudoctor.engine.findings import Evidence
 from gpudoctor.engine.lazyregex import LazyRegex as _lazy
 from gpudoctor.engine.rules import Verdict
-from gpudoctor.engine.textfind import lines_with
+from gpudoctor.engine.textfind import line_at, lines_with
 
 
 def interface_rule(text: str, file: str) -> list[Verdict]:
@@ -265,3 +265,29 @@ def shared_device_rule(text: str, file: str) -> list[Verdict]:
                         (Evidence(file, first[1], first[2], "hint:processes-share-a-device"), why),
                         score=SHARED_DEVICE_SCORE, tier="possible")]
     return []
+
+
+# NCCL's banner ("NCCL version 2.18.1+cuda12.1", also "NCCL INFO NCCL version ...") and torch's error suffix
+# ("..., NCCL version 2.14.3"): each process names the library it loaded
+_NCCL_VERSION = _lazy(r"\bNCCL version (\d+\.\d+\.\d+)")
+
+
+def version_split_rule(text: str, file: str) -> list[Verdict]:
+    """D19 ruled out, and a note, when the processes of one job load different NCCL releases: their wire formats
+    differ, so "message truncated" or an internal error follows from the split, not from code paths that diverge."""
+    if "NCCL version" not in text:
+        return []
+    first: dict[str, int] = {}
+    for m in _NCCL_VERSION.finditer(text):
+        first.setdefault(m.group(1), m.start())
+    if len(first) < 2:
+        return []
+    shown = sorted(first, key=first.get)
+    lines = [line_at(text, first[v])[0] for v in shown]
+    where = ", ".join(f"{v} (line {n})" for v, n in zip(shown, lines))
+    note = (f"the processes of this job load different NCCL releases: {where}; releases differ on the wire, so a "
+            "truncated message or an internal error follows from the split, not from a collective some rank skipped "
+            "(not D19); install one NCCL everywhere (`gpudoctor probe versions` on each node shows which)")
+    line_no, line = line_at(text, first[shown[1]])
+    return [Verdict("D19", "rule:nccl-versions-differ", (Evidence(file, line_no, line, "rule:nccl-versions-differ"),),
+                    rule_out=True, note=note)]

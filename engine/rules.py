@@ -219,7 +219,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
     from gpudoctor.engine.ds_auto import auto_float_rule
     from gpudoctor.engine.init_wait import duplicate_rank_rule, init_wait_rule
     from gpudoctor.engine.nccl_rules import (coll_desync_rule, error_trace_rule, first_collective_rule, interface_rule,
-                                             shared_device_rule)
+                                             shared_device_rule, version_split_rule)
     from gpudoctor.engine.ds_no_sync import no_sync_rule
     from gpudoctor.engine.ordinal_rules import (accelerate_modulo_rule, device_list_rule, driver_ordinal_rule,
                                                 failed_local_rank_rule, one_node_ordinal_rule,
@@ -251,6 +251,7 @@ def evaluate(scans, texts: dict | None = None, dumps: dict | None = None) -> lis
         if whole is not None:
             verdicts.extend(interface_rule(whole, scan.name))
             verdicts.extend(coll_desync_rule(whole, scan.name))
+            verdicts.extend(version_split_rule(whole, scan.name))
             verdicts.extend(error_trace_rule(whole, scan.name))
             verdicts.extend(first_collective_rule(whole, scan.name))
             verdicts.extend(shared_device_rule(whole, scan.name))
