@@ -96,16 +96,44 @@ def _rank_entry(target, rank, world, args, writer) -> None:
         os._exit(0)
 
 
+class StoreNotAnswering(TimeoutError):
+    """Something accepts connections on MASTER_PORT but never answers as a torch store."""
+
+
+CONNECT_GRACE_S = 5.0  # past the store's own timeout, which its handshake does not keep to
+
+
 def connect_job_store(job: Job, prefix: str, timeout_s: float):
     """A client of the job's store (torchrun's agent hosts it) under a prefix of our own.
 
-    A fresh prefix per probe keeps one probe's keys from meeting the next probe's process group.
+    A fresh prefix per probe keeps one probe's keys from meeting the next probe's process group. The connection is
+    made in a daemon thread: a port held by a program that accepts and never answers keeps TCPStore's handshake
+    waiting past its own timeout, in C++, where neither Ctrl-C nor SIGTERM reaches it; the thread is left behind
+    and StoreNotAnswering says why.
     """
+    import threading
+
     import torch.distributed as dist
 
-    base = dist.TCPStore(job.master_addr, job.master_port, job.world_size, False,
-                         timeout=timedelta(seconds=timeout_s))
-    return dist.PrefixStore(prefix, base)
+    box: dict = {}
+
+    def connect() -> None:
+        try:
+            box["store"] = dist.TCPStore(job.master_addr, job.master_port, job.world_size, False,
+                                         timeout=timedelta(seconds=timeout_s))
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=connect, name="gpudoctor-store-connect", daemon=True)
+    worker.start()
+    worker.join(timeout_s + CONNECT_GRACE_S)
+    if "error" in box:
+        raise box["error"]
+    if "store" not in box:
+        raise StoreNotAnswering(f"{job.master_addr}:{job.master_port} accepts connections but did not answer as a "
+                                f"torch store in {timeout_s + CONNECT_GRACE_S:.0f} s: another program may hold that "
+                                "port (`gpudoctor probe port` names it)")
+    return dist.PrefixStore(prefix, box["store"])
 
 
 def host_job_store(job: Job, timeout_s: float = 60.0) -> bool:

@@ -83,16 +83,18 @@ def _exchange(report: Report, job: hostinfo.Job, prefix: str, wait_s: float = RE
         if job.rank != 0:  # nobody will print this rank's results: it speaks for itself, and says why
             report.prints = True
             why = _unreachable(job.master_addr)
+            stalled = isinstance(exc, ranks.StoreNotAnswering)
             report.results.append(confirmed(
                 f"rank {job.rank} cannot reach {job.master_addr}:{job.master_port}: "
-                + ("the name does not resolve" if why else "no answer"),
+                + ("the name does not resolve" if why else "it accepts but never answers" if stalled else "no answer"),
                 (f"this rank's report for rank 0 could not be delivered: {why or f'{type(exc).__name__}: {exc}'}",
                  "MASTER_ADDR and MASTER_PORT must name rank 0's host and a port it listens on, the same on "
-                 "every node"), entries=("D2",)).with_run("report", 0.0))
+                 "every node"), entries=("D4",) if stalled else ("D2",)).with_run("report", 0.0))
             return
         report.missing_ranks = list(range(1, job.world_size))
-        report.results.append(skipped(f"could not gather the other ranks' reports: {type(exc).__name__}")
-                              .with_run("gather", 0.0))
+        said = str(exc).splitlines()[0][:160] if str(exc) else ""
+        report.results.append(skipped(f"could not gather the other ranks' reports: {type(exc).__name__}"
+                                      + (f": {said}" if said else "")).with_run("gather", 0.0))
         return
     report.missing_ranks = [int(k) for k in missing]
     mine = {r.probe: r for r in report.results}

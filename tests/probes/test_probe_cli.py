@@ -140,3 +140,29 @@ def test_env_probe_under_slurm_as_srun_and_sbatch_would_start_it(tmp_path):
                               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)))  # exported once for every task
     assert (code, result["status"]) == (1, "confirmed") and "WORLD_SIZE=1 but srun started 16" in result["summary"]
     assert {"D1", "D3"} <= set(result["entries"]) and any("RANK=0 but this is task 3" in e for e in result["evidence"])
+
+
+def test_a_rank_whose_master_port_is_held_by_a_program_that_never_answers_ends_and_says_so():
+    """QA25b B4: the report exchange's TCPStore handshake waited forever, in C++, on a port held by a program that
+    accepts and never answers: Ctrl-C and SIGTERM did nothing. It now ends at its timeout and names the cause."""
+    import socket
+    import time
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(16)  # accepts, never answers
+    port = holder.getsockname()[1]
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gpudoctor", "probe", "port", "--timeout", "5", "--json"],
+                              capture_output=True, text=True, timeout=90, env=env)
+    finally:
+        holder.close()
+    assert time.monotonic() - start < 60
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    [report] = [r for r in doc["results"] if r["probe"] == "report"]
+    assert "accepts but never answers" in report["summary"] and report["entries"] == ["D4"]
