@@ -19,12 +19,7 @@ def first_matching_line(patterns: PatternSet, p: Pattern, block, end: int, offse
     regex = patterns.regex(p.index)
     anchored = p.index in patterns.anchored  # as the scan verifies it: also on the line without its prefixes
     if anchored:
-        import re
-
-        from gpudoctor.engine.patterns import prefilter_regex
-        from gpudoctor.engine.regexcache import compile as compile_regex
-
-        loose = compile_regex(prefilter_regex(p.regex), re.IGNORECASE if p.caseless else 0)
+        loose = patterns.loose_regex(p.index)
     for pos in offsets:
         start = block.rfind(b"\n", 0, pos) + 1
         nl = block.find(b"\n", pos, end)

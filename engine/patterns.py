@@ -5,6 +5,7 @@ import re
 
 from gpudoctor.engine.lazyregex import LazyRegex
 from gpudoctor.engine.regexcache import compile as compile_regex
+from gpudoctor.kb.linear import compile_linear
 from gpudoctor.kb.model import Entry, Signature
 from gpudoctor.kb.record import record
 
@@ -73,6 +74,7 @@ class Pattern:
     caseless: bool
     literals: frozenset[str] | None  # one of these occurs in every match (lower-cased when caseless)
     signature: Signature | None = None
+    user: bool = False  # from a runbook of the user's (--kb): matched by RE2 where it is installed
 
     @property
     def single(self) -> bool:
@@ -99,17 +101,29 @@ class PatternSet:
         cache = self._bytes
         if index not in cache:
             p = self.patterns[index]
+            loose = prefilter_regex(p.regex).encode("utf-8")
+            linear = compile_linear(loose, p.caseless, multiline=True) if p.user else None
             flags = re.MULTILINE | (re.IGNORECASE if p.caseless else 0)
-            cache[index] = compile_regex(prefilter_regex(p.regex).encode("utf-8"), flags)
+            cache[index] = linear if linear is not None else compile_regex(loose, flags)
         return cache[index]
 
     def regex(self, index: int) -> re.Pattern:
-        """The Python regex of one pattern, compiled the first time a line needs it."""
+        """The Python regex of one pattern, compiled the first time a line needs it (a runbook's by RE2, in linear
+        time, where RE2 is installed: see kb/linear.py)."""
         compiled = self._compiled[index]
         if compiled is None:
             p = self.patterns[index]
-            compiled = self._compiled[index] = compile_regex(p.regex, re.IGNORECASE if p.caseless else 0)
+            linear = compile_linear(p.regex, p.caseless) if p.user else None
+            compiled = linear if linear is not None else compile_regex(p.regex, re.IGNORECASE if p.caseless else 0)
+            self._compiled[index] = compiled
         return compiled
+
+    def loose_regex(self, index: int) -> re.Pattern:
+        """prefilter_regex of one pattern (its ^ anchors dropped), for the pure-Python path."""
+        p = self.patterns[index]
+        linear = compile_linear(prefilter_regex(p.regex), p.caseless) if p.user else None
+        return linear if linear is not None else compile_regex(prefilter_regex(p.regex),
+                                                                re.IGNORECASE if p.caseless else 0)
 
     @classmethod
     def from_entries(cls, entries: Iterable[Entry]) -> "PatternSet":
@@ -122,7 +136,7 @@ class PatternSet:
                     continue  # computed from the whole log set, not matched line by line
                 # literals and case were worked out when the catalogue was loaded (and cached)
                 patterns.append(Pattern(len(patterns), entry.id, sig.id, crlf_tolerant(sig.pattern), sig.caseless,
-                                        frozenset(sig.literals), sig))
+                                        frozenset(sig.literals), sig, entry.origin == "user"))
         return cls(patterns)
 
     def literal_table(self, indexes: Iterable[int] | None = None):

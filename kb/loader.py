@@ -161,6 +161,15 @@ def parse_entry(data: Any, source: str, *, origin: str = "builtin") -> Entry:
         c.note("fix", "needs at least one step")
 
     signatures = c.soft(lambda: parse_signatures(c, data.get("signatures")), ())
+    if origin == "user" and signatures:  # a runbook's regexes are matched by RE2, where no line can stall them
+        from gpudoctor.kb.linear import unsupported
+
+        for i, sig in enumerate(signatures):
+            why = unsupported(sig.pattern) if sig.pattern and sig.literal is None else None
+            if why:
+                c.note(f"signatures[{i}].regex", f"RE2 cannot match this ({why}): a runbook's signatures are matched "
+                       "in linear time, so that no line can stall diagnose; write it without lookarounds or "
+                       "backreferences")
     if signatures and visibility == "never":
         c.note("signatures", "an entry with log_visibility: never cannot have signatures")
 

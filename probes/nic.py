@@ -226,9 +226,15 @@ def probe(options: Mapping) -> Result:
         via = f"; NCCL uses IB {', '.join(f'{p.device}:{p.port}' for p in ib_used)}" if ib_used else ""
         return ruled_out(f"NCCL would bootstrap over {main}{via}", evidence, figures, ("MN2",))
     evidence += [f"MN2: {p}" for p in problems]
-    if multi_node or env.get("NCCL_SOCKET_IFNAME"):
+    if multi_node:
         return confirmed(problems[0], evidence, figures, ("MN2",))
-    return inconclusive(problems[0] + " (matters once the job spans nodes)", evidence, figures, ("MN2",))
+    # on one node NCCL bootstraps fine over lo or a slow port (the data goes over P2P or shared memory); only a
+    # setting that names no usable interface fails there too
+    fatal = [p for p in problems if "NCCL init fails" in p or "does not exist here" in p or " is selected but " in p]
+    if fatal:
+        return confirmed(fatal[0], evidence, figures, ("MN2",))
+    return inconclusive(problems[0] + " (fine on one node; matters once the job spans nodes: --multinode to judge "
+                        "it so)", evidence, figures, ("MN2",))
 
 
 def selection_problems(interfaces, selected, ports, ib_used, env) -> list[str]:

@@ -64,15 +64,29 @@ def test_ifname_matching_nothing_fails_init(sysroot):
     assert result.status is Status.CONFIRMED and "matches no interface" in result.summary
 
 
+def test_loopback_named_on_purpose_is_fine_on_one_node_and_wrong_across_nodes(sysroot):
+    """QA25b B13: NCCL_SOCKET_IFNAME=lo, a valid single-node setting, was a confirmed MN2 (exit 1) under torchrun on
+    one host."""
+    addresses = typical_host(sysroot)
+    one_node = {"NCCL_SOCKET_IFNAME": "lo", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}
+    result = nic.probe({"sys_root": str(sysroot), "addresses": addresses, "env": one_node})
+    assert result.status is Status.INCONCLUSIVE and "fine on one node" in result.summary
+    result = nic.probe({"sys_root": str(sysroot), "addresses": addresses, "env": one_node, "multinode": True})
+    assert result.status is Status.CONFIRMED and "loopback" in result.summary
+
+
 def test_ib_hca_that_matches_no_active_port(sysroot):
     addresses = typical_host(sysroot)
     add_ib_port(sysroot, "mlx5_0")
     add_ib_port(sysroot, "mlx5_1", state="1: DOWN")
     env = {"NCCL_SOCKET_IFNAME": "ens", "NCCL_IB_HCA": "mlx5_1"}
-    result = nic.probe({"sys_root": str(sysroot), "addresses": addresses, "env": env})
+    result = nic.probe({"sys_root": str(sysroot), "addresses": addresses, "env": env, "multinode": True})
     assert result.status is Status.CONFIRMED and "NCCL_IB_HCA=mlx5_1 matches none" in result.summary
-    env = {"NCCL_SOCKET_IFNAME": "ens", "NCCL_IB_DISABLE": "1"}
     result = nic.probe({"sys_root": str(sysroot), "addresses": addresses, "env": env})
+    assert result.status is Status.INCONCLUSIVE and "fine on one node" in result.summary  # IB is between nodes
+    env = {"NCCL_SOCKET_IFNAME": "ens", "NCCL_IB_DISABLE": "1"}
+    result = nic.probe({"sys_root": str(sysroot), "addresses": addresses, "env": env, "multinode": True})
     assert result.status is Status.CONFIRMED and "NCCL_IB_DISABLE=1" in result.summary
     env = {"NCCL_SOCKET_IFNAME": "ens", "NCCL_IB_HCA": "mlx5_0"}
     result = nic.probe({"sys_root": str(sysroot), "addresses": addresses, "env": env})
