@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from gpudoctor.probes import hostinfo, procfs
-from gpudoctor.probes.base import Result, confirmed, inconclusive, ruled_out
+from gpudoctor.probes.base import Result, confirmed, inconclusive, ruled_out, skipped
 
 DEFAULT_PORT = 29500  # torchrun's and torch.distributed's default MASTER_PORT
 
@@ -24,6 +24,15 @@ def probe(options: Mapping) -> Result:
         return confirmed(f"MASTER_PORT={raw!r} is not a port number (1-65535)")
     source = "--port" if options.get("port") else ("MASTER_PORT" if env.get("MASTER_PORT") else "the default")
     figures = {"port": port}
+    addr = env.get("MASTER_ADDR", "").strip()
+    if addr and not options.get("port") and resolves(addr) is False:
+        return confirmed(f"MASTER_ADDR={addr} does not resolve on this host: no rank here can reach the store",
+                         (f"getaddrinfo({addr!r}) found no address",), figures, ("D2",))
+    if addr and not options.get("port") and not is_this_host(addr):
+        # only the rendezvous host binds MASTER_PORT: on a worker a listener on that port is harmless, and the
+        # advice to take another (or localhost:0) would split a multi-node job
+        return skipped(f"MASTER_ADDR={addr} is another host: only it binds port {port}; run this probe there",
+                       figures=figures)
     error = bind_error(port)
     if error is None:
         return ruled_out(f"port {port} ({source}) is free on this host", figures=figures, entries=("D4",))
@@ -49,6 +58,39 @@ def probe(options: Mapping) -> Result:
         pid, cmd = holders[0]
         who = f"pid {pid} ({_short(cmd)})" if cmd else f"pid {pid}"
     return confirmed(f"port {port} is in use by {who}", evidence, figures, ("D4",))
+
+
+def resolves(addr: str) -> bool:
+    try:
+        socket.getaddrinfo(addr, None)
+    except (OSError, UnicodeError):
+        return False
+    return True
+
+
+def is_this_host(addr: str) -> bool:
+    """Whether MASTER_ADDR names this machine: localhost, a loopback address, this host's name, or an address one of
+    its interfaces holds. A name that does not resolve counts as this host (the bind check still tells something)."""
+    if addr in ("localhost", "127.0.0.1", "::1", "0.0.0.0") or addr.startswith("127."):
+        return True
+    names = {socket.gethostname(), socket.getfqdn()}
+    if addr in names or addr.split(".")[0] in {n.split(".")[0] for n in names}:
+        return True
+    try:
+        wanted = {info[4][0] for info in socket.getaddrinfo(addr, None)}
+    except (OSError, UnicodeError):
+        return True
+    if any(a.startswith("127.") or a == "::1" for a in wanted):
+        return True
+    for a in wanted:  # an address of this host's: binding to it succeeds only here
+        family = socket.AF_INET6 if ":" in a else socket.AF_INET
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as probe_socket:
+                probe_socket.bind((a, 0))
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def bind_error(port: int) -> OSError | None:

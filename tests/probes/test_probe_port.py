@@ -55,3 +55,18 @@ def test_cli_json_for_d4(cli):
     res = cli("probe", "--for", "D4")
     assert res.code in (0, 1)
     assert all(len(line) <= 80 for line in res.out.splitlines())
+
+
+def test_only_the_rendezvous_host_is_asked_to_bind_master_port():
+    """QA25b B15: on a worker node a local listener on MASTER_PORT "confirmed D4" and advised another port (or
+    localhost:0), which would split a multi-node job; only MASTER_ADDR's host binds that port."""
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen(1)
+        held = holder.getsockname()[1]
+        elsewhere = port.probe({"env": {"MASTER_ADDR": "192.0.2.10", "MASTER_PORT": str(held)}})  # TEST-NET-1
+        here = port.probe({"env": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(held)}})
+        unknown = port.probe({"env": {"MASTER_ADDR": "no-such-host.invalid", "MASTER_PORT": str(held)}})
+    assert elsewhere.status is Status.SKIPPED and "192.0.2.10 is another host" in elsewhere.summary
+    assert here.status is Status.CONFIRMED and here.entries == ("D4",)
+    assert unknown.status is Status.CONFIRMED and unknown.entries == ("D2",) and "does not resolve" in unknown.summary
