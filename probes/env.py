@@ -52,7 +52,9 @@ def probe(options: Mapping) -> Result:
         evidence.append(f"{', '.join(unset)} unset (torchrun sets {them}; init_process_group does not need {them}, "
                         "but a script that picks its GPU from LOCAL_RANK fails without it)")
     job = hostinfo.job_from_env(env)
-    if job is not None and options.get("store_prefix") and job.world_size > 1 and hostinfo.torch_installed():
+    impossible = any(entry == "D1" for entry, _ in problems)  # no group can form: nobody to gather from
+    if job is not None and options.get("store_prefix") and job.world_size > 1 and not impossible \
+            and hostinfo.torch_installed():
         local = _local_view(job, env, gpus)
         try:
             peers = _gather(job, options["store_prefix"], local)

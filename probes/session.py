@@ -26,7 +26,9 @@ def run(probes: list[Probe], options: Mapping, parallel: int = 4, timeout_s: flo
         on_done: Callable[[Result], None] | None = None, env: Mapping[str, str] | None = None) -> Report:
     env = os.environ if env is None else env
     job = hostinfo.job_from_env(env) if options.get("env") is None else None
-    if job is None:
+    if job is None or job.world_size < 1 or not 0 <= job.rank < job.world_size:
+        # no job, or one no process group can form (RANK=3 of WORLD_SIZE=2): the probes run here alone, and the env
+        # probe says what is wrong at once instead of waiting out a store no rank will ever meet at
         return Report(runner.run_probes(probes, options, parallel, timeout_s, on_done))
     # c10d's store warnings, errors and C++ traces would land inside the report; the probes report failures themselves
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")

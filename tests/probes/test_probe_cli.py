@@ -166,3 +166,18 @@ def test_a_rank_whose_master_port_is_held_by_a_program_that_never_answers_ends_a
     doc = json.loads(proc.stdout)
     [report] = [r for r in doc["results"] if r["probe"] == "report"]
     assert "accepts but never answers" in report["summary"] and report["entries"] == ["D4"]
+
+
+def test_an_impossible_rank_is_reported_at_once_not_after_a_rendezvous_wait():
+    """QA25b B2: RANK=3 of WORLD_SIZE=2 waited ~110 s for a store and then blamed the rendezvous (D2)."""
+    import time
+
+    env = {**os.environ, "RANK": "3", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29512"}
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "gpudoctor", "probe", "env", "--json"], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert time.monotonic() - start < 20
+    doc = json.loads(proc.stdout)
+    [result] = doc["results"]
+    assert proc.returncode == 1 and result["entries"] == ["D1"] and "RANK=3 is outside 0..1" in result["summary"]
