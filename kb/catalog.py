@@ -182,7 +182,7 @@ def _yaml_files(root: str) -> list[tuple[str, os.stat_result]]:
             try:
                 if entry.is_dir():
                     stack.append(entry.path)
-                elif entry.name.endswith(".yaml") and entry.is_file():
+                elif entry.name.endswith((".yaml", ".yml")) and entry.is_file():
                     found.append((entry.path, entry.stat()))
             except OSError:
                 continue

@@ -27,11 +27,21 @@ def run(args, out) -> int:
         if not os.path.isdir(folder):
             raise UserError(f"{folder}: no such folder")
     catalog = load_catalog(args.kb + args.dirs, use_cache=False)
+    problems = list(catalog.problems) + _unknown_probes(catalog)
     if args.json:
-        out.write(json.dumps({"entries": len(catalog), "problems": catalog.problems}, indent=2))
+        out.write(json.dumps({"entries": len(catalog), "problems": problems}, indent=2))
     else:
-        for problem in catalog.problems:
+        for problem in problems:
             out.write(f"{out.style('error', 'fail')} {problem}")
-        summary = f"{len(catalog)} entries loaded, {len(catalog.problems)} problem(s)"
-        out.write(out.style(summary, "ok" if not catalog.problems else "fail"))
-    return EXIT_NOTHING if catalog.problems else EXIT_OK
+        summary = f"{len(catalog)} entries loaded, {len(problems)} problem(s)"
+        out.write(out.style(summary, "ok" if not problems else "fail"))
+    return EXIT_NOTHING if problems else EXIT_OK
+
+
+def _unknown_probes(catalog) -> list[str]:
+    """An entry's `probes:` naming no probe this gpudoctor has: show and diagnose would tell users to run it."""
+    from gpudoctor.probes import registry
+
+    known = set(registry.ids())
+    return [f"{entry.source}: probes[{i}]: unknown probe {name!r} (known: {', '.join(sorted(known))})"
+            for entry in catalog for i, name in enumerate(entry.probes) if name not in known]
