@@ -161,10 +161,20 @@ def dump_stack(pyspy: str, process: TrainingProcess, timeout: float = DUMP_TIMEO
     out = strip_ansi(done.stdout.decode(errors="replace"))
     if done.returncode != 0 or not out.strip():
         lines = [line.strip() for line in strip_ansi(done.stderr.decode(errors="replace")).splitlines() if line.strip()]
-        # its first line says why; a Rust backtrace may follow ("Stack backtrace:")
+        # its first line says what failed, and a "Caused by:" list why ("0: Permission denied (os error 13)"); a
+        # Rust backtrace may follow ("Stack backtrace:")
         err = lines[0].removeprefix("Error: ") if lines else f"py-spy exited with code {done.returncode}"
+        causes = []
+        if "Caused by:" in lines:
+            for line in lines[lines.index("Caused by:") + 1:]:
+                if line.startswith("Stack backtrace"):
+                    break
+                causes.append(line.split(": ", 1)[1] if line[:1].isdigit() and ": " in line else line)
+        if causes:
+            err = f"{err.removesuffix(' Check that the process is running.').rstrip('.')}: {'; '.join(causes)}"
         if "permission" in err.lower():
-            err += " (py-spy needs the process's own user, root, or kernel.yama.ptrace_scope=0)"
+            err += (" (py-spy needs the process's own user or root, with kernel.yama.ptrace_scope=0 or "
+                    "CAP_SYS_PTRACE: in a container, --cap-add SYS_PTRACE)")
         return StackDump(process, None, err[:ERROR_CHARS])
     return StackDump(process, out)
 

@@ -203,3 +203,17 @@ def test_two_jobs_on_one_node_are_named_apart_and_not_read_as_one(tmp_path, caps
     err = capsys.readouterr().err
     assert "2 jobs have ranks on this machine" in err and "--pid 401 --pid 402" in err and "--pid 411 --pid 412" in err
     assert not (tmp_path / "d").exists()
+
+
+def test_py_spys_cause_is_kept_with_what_to_do_about_it(tmp_path):
+    """QA25b B3: without ptrace permission py-spy says "Failed to get process executable name. Check that the process
+    is running." and, on the lines after, "Caused by: 0: Permission denied (os error 13)"; only the first was kept."""
+    fake = tmp_path / "py-spy"
+    fake.write_text("#!/bin/sh\n"
+                    "echo 'Error: Failed to get process executable name. Check that the process is running.' >&2\n"
+                    "echo '' >&2\necho 'Caused by:' >&2\necho '    0: Permission denied (os error 13)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    dumped = stackdump.dump_stack(str(fake), stackdump.TrainingProcess(4242, 0, 0, "python train.py"))
+    assert dumped.text is None
+    assert "Failed to get process executable name: Permission denied (os error 13)" in dumped.error
+    assert "--cap-add SYS_PTRACE" in dumped.error
