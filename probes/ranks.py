@@ -126,13 +126,14 @@ def connect_job_store(job: Job, prefix: str, timeout_s: float):
 
     worker = threading.Thread(target=connect, name="gpudoctor-store-connect", daemon=True)
     worker.start()
-    worker.join(timeout_s + CONNECT_GRACE_S)
+    limit = max(timeout_s * 2, timeout_s + CONNECT_GRACE_S)  # a loaded machine's name lookups and retries included
+    worker.join(limit)
     if "error" in box:
         raise box["error"]
     if "store" not in box:
         raise StoreNotAnswering(f"{job.master_addr}:{job.master_port} accepts connections but did not answer as a "
-                                f"torch store in {timeout_s + CONNECT_GRACE_S:.0f} s: another program may hold that "
-                                "port (`gpudoctor probe port` names it)")
+                                f"torch store in {limit:.0f} s: another program may hold that port (`gpudoctor probe "
+                                "port` names it)")
     return dist.PrefixStore(prefix, box["store"])
 
 

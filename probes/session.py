@@ -85,7 +85,7 @@ def _exchange(report: Report, job: hostinfo.Job, prefix: str, wait_s: float = RE
         if job.rank != 0:  # nobody will print this rank's results: it speaks for itself, and says why
             report.prints = True
             why = _unreachable(job.master_addr)
-            stalled = isinstance(exc, ranks.StoreNotAnswering)
+            stalled = isinstance(exc, ranks.StoreNotAnswering) and not why  # a name that resolves, then silence
             report.results.append(confirmed(
                 f"rank {job.rank} cannot reach {job.master_addr}:{job.master_port}: "
                 + ("the name does not resolve" if why else "it accepts but never answers" if stalled else "no answer"),
