@@ -295,9 +295,10 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
 
         readable = {s.name: texts[s.name] for s, scan in scans
                     if s.name in texts and not scan.binary and not is_pyspy_dump(texts[s.name])}
-        if any(_stopped_by_hand(text) for text in readable.values()):
+        from gpudoctor.engine.launch_rules import run_finished, stopped_by_hand
+
+        if any(stopped_by_hand(text) for text in readable.values()):
             return hinted  # a run stopped with Ctrl-C that printed no failure: its launch reads like nothing
-        from gpudoctor.engine.launch_rules import run_finished
 
         done = next(((name, at) for name, text in readable.items() for at in [run_finished(text)] if at), None)
         if done is not None:  # a run that says it finished, with no failure line: nothing to guess at
@@ -314,12 +315,6 @@ def _possible(catalog, scans, patterns, findings: list[Finding], ruled_out: set[
         return (hinted + found)[:LIMIT_BESIDE_MATCH]
     found = possible_findings(catalog, lines, matched, LIMIT, weak) if lines else []
     return (hinted + found)[:LIMIT]
-
-
-def _stopped_by_hand(text: str) -> bool:
-    from gpudoctor.engine.launch_rules import stopped_by_hand
-
-    return stopped_by_hand(text)
 
 
 PASTE_LINES = 3  # an input this short is a pasted error line, not a log

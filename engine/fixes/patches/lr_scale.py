@@ -107,8 +107,7 @@ def lr_scale_world_size(text: str, path: str, facts: dict) -> tuple[str, list[st
             args[0] = args[0].with_changes(value=value)
         if arg is not None:
             scaled.append(f"{name}(lr={h.code(arg.value)})")
-            args = [a.with_changes(value=times(a.value, size)) if a is arg or (
-                a.keyword is not None and arg.keyword is not None and a.keyword.value == "lr") else a for a in args]
+            args = [a.with_changes(value=times(a.value, size)) if a is arg else a for a in args]
         else:
             scaled.append(f"{name}(param groups' lr)")
         if size == env_size:
